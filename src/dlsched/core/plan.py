@@ -1,0 +1,31 @@
+"""What a policy wants now. The engine diffs it against the current state and applies it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dlsched.core.allocation import Allocation
+
+
+@dataclass
+class Plan:
+    """Every job that should run, with where; jobs absent from `allocations` wait (or are preempted).
+
+    - `held`: partial placements of jobs that are *not* running yet (a non-gang scheduler's pods
+      that were bound while their peers wait). They occupy resources and make no progress; only
+      policies that model this (the default Kubernetes scheduler) use it.
+    - `rejected`: pending jobs refused for good, each with a reason a user can read.
+    - `wake_at`: ask me again at this time even if nothing happens (e.g. a Tiresias job crossing
+      a queue threshold, a DRAGON timer).
+    """
+
+    allocations: dict[str, Allocation] = field(default_factory=dict)
+    held: dict[str, Allocation] = field(default_factory=dict)
+    rejected: dict[str, str] = field(default_factory=dict)
+    wake_at: float | None = None
+
+    def assign(self, job_id: str, allocation: Allocation) -> None:
+        self.allocations[job_id] = allocation
+
+    def reject(self, job_id: str, reason: str) -> None:
+        self.rejected[job_id] = reason

@@ -1,0 +1,182 @@
+"""What a policy sees when it is asked to decide.
+
+`JobState` objects are owned by the engine (simulator or live controller) and updated in place;
+building fresh immutable copies of every job on every event would dominate the simulator's cost
+on an 82k-job trace. A policy must treat them as read-only: the engine only ever acts on the
+`Plan` a policy returns, and validates it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+from dlsched.core.allocation import Allocation
+from dlsched.core.cluster import Cluster
+from dlsched.core.job import JobSpec
+
+if TYPE_CHECKING:
+    from dlsched.throughput.base import ThroughputModel
+
+
+class JobStatus(str, Enum):
+    FUTURE = "future"  # not yet submitted
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    REJECTED = "rejected"
+    UNFINISHED = "unfinished"  # the run ended with the job still waiting or running
+
+
+class Clock:
+    """The engine's current time, shared by every JobState so that progress is computed lazily."""
+
+    __slots__ = ("now",)
+
+    def __init__(self, now: float = 0.0):
+        self.now = now
+
+
+@dataclass(eq=False)
+class JobState:
+    """A job's observable state. Read-only for policies.
+
+    Progress, attained service and GPU-seconds of a running job grow continuously; they are
+    stored as of `last_update` and read through properties that add what accrued until the
+    engine's clock, so the engine never has to touch every running job on every event.
+    """
+
+    spec: JobSpec
+    index: int
+    clock: Clock
+    status: JobStatus = JobStatus.FUTURE
+    allocation: Allocation | None = None
+    held: Allocation | None = None  # resources a partially placed (non-gang) job sits on
+    rate: float = 0.0  # iterations/s of the current allocation (what a live system measures)
+    last_update: float = 0.0
+    resume_at: float = 0.0  # paused for a restart/resize until then
+    first_start: float | None = None
+    end_time: float | None = None
+    last_start: float | None = None  # when the current run (or the last one) began
+    last_stop: float | None = None  # when the job last stopped running (preempted)
+    restarts: int = 0
+    preemptions: int = 0
+    reason: str = ""
+    version: int = 0  # invalidates stale completion events
+    # (nodes, workers, ps) -> iterations/s seen: what a live system learns by running a job
+    observed_rates: dict[tuple[int, int, int], float] = field(default_factory=dict)
+    loss_fn: Callable[[float], float] | None = None  # the job's training-loss curve (engine-set)
+    alloc_gpus: float = 0.0  # GPUs of the current allocation
+    held_gpus: float = 0.0
+    _progress: float = 0.0
+    _attained: float = 0.0
+    _run_time: float = 0.0
+    _held_gpu_seconds: float = 0.0
+
+    # --- continuously growing quantities ---------------------------------------------------
+    def _elapsed(self) -> float:
+        return max(0.0, self.clock.now - self.last_update)
+
+    @property
+    def progress(self) -> float:
+        """Iterations done."""
+        if self.status is not JobStatus.RUNNING:
+            return self._progress
+        start = max(self.last_update, self.resume_at)
+        return min(self.spec.iterations, self._progress + self.rate * max(0.0, self.clock.now - start))
+
+    @property
+    def attained_service(self) -> float:
+        """GPU-seconds allocated so far (Tiresias' 2D-LAS service), restart pauses included."""
+        if self.status is not JobStatus.RUNNING:
+            return self._attained
+        return self._attained + self.alloc_gpus * self._elapsed()
+
+    @property
+    def gpu_seconds(self) -> float:
+        return self.attained_service
+
+    @property
+    def run_time(self) -> float:
+        """Seconds spent holding a running allocation."""
+        if self.status is not JobStatus.RUNNING:
+            return self._run_time
+        return self._run_time + self._elapsed()
+
+    @property
+    def held_gpu_seconds(self) -> float:
+        """GPU-seconds held by a partial placement while the job could not run: pure waste."""
+        extra = self.held_gpus * self._elapsed() if self.held is not None else 0.0
+        return self._held_gpu_seconds + extra
+
+    def settle(self, now: float) -> None:
+        """Fold what accrued up to `now` into the stored values (engine only)."""
+        prev = self.clock.now
+        self.clock.now = now
+        self._progress, self._attained = self.progress, self.attained_service
+        self._run_time, self._held_gpu_seconds = self.run_time, self.held_gpu_seconds
+        self.clock.now = prev
+        self.last_update = now
+
+    # --- convenience -------------------------------------------------------------------------
+    @property
+    def job_id(self) -> str:
+        return self.spec.job_id
+
+    @property
+    def num_workers(self) -> int:
+        return self.allocation.num_workers if self.allocation else 0
+
+    @property
+    def num_ps(self) -> int:
+        return self.allocation.num_ps if self.allocation else 0
+
+    @property
+    def gpus(self) -> float:
+        return self.alloc_gpus
+
+    def waiting_since(self, now: float) -> float:
+        """Seconds since the job last ran (or since submit): Tiresias/DRAGON starvation clocks."""
+        ref = self.last_stop if self.last_stop is not None else self.spec.submit_time
+        return now - ref
+
+    def observed_loss(self, points: int = 20) -> list[tuple[float, float]]:
+        """(iteration, training loss) samples logged so far, as a live trainer would report them.
+
+        Only progress up to now is visible, so fitting these is an honest estimate of the total
+        work (Optimus' convergence model), not ground truth.
+        """
+        done = self.progress
+        if self.loss_fn is None or done <= 0:
+            return []
+        return [(k, self.loss_fn(k)) for k in np.linspace(done / points, done, points)]
+
+
+@dataclass(eq=False)
+class Snapshot:
+    """An immutable-by-convention view of the system handed to `Policy.schedule`."""
+
+    now: float
+    cluster: Cluster
+    free: np.ndarray  # (N, 3) free resources (read-only array)
+    pending: list[JobState]  # submitted, not running (incl. partially placed ones)
+    running: list[JobState]
+    restart_overhead: float  # seconds a resize/restart pauses a job, as the policy may assume
+    # Ground truth, only when the policy declares `oracle = True` (SRTF): the true throughput
+    # model and each job's total iterations. None otherwise.
+    oracle: "ThroughputModel | None" = None
+    rng: np.random.Generator | None = None
+    events: tuple[str, ...] = ()  # why the policy is being asked: "arrival", "completion", "tick", "wake"
+
+    def jobs(self) -> list[JobState]:
+        """Running then pending jobs."""
+        return self.running + self.pending
+
+    def remaining_iterations(self, job: JobState) -> float:
+        """True remaining work, for oracle policies only."""
+        if self.oracle is None:
+            raise RuntimeError("remaining_iterations is ground truth: declare the policy an oracle")
+        return job.spec.iterations - job.progress
