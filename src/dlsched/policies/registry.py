@@ -1,0 +1,53 @@
+"""Policy names a user can type, mapped to factories. Imports are lazy so that listing the
+policies (or running one) never imports the others' heavy dependencies (e.g. PyTorch)."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+from typing import Any
+
+from dlsched.core.errors import ConfigError
+from dlsched.core.policy import Policy
+
+# name -> (module, factory function, one-line description)
+POLICIES: dict[str, tuple[str, str, str]] = {
+    "fifo": ("dlsched.policies.fifo", "fifo", "first come first served, gang, no backfill"),
+    "srtf": ("dlsched.policies.srtf", "srtf", "shortest remaining time first, preemptive (oracle)"),
+    "drf": ("dlsched.policies.drf", "drf", "dominant resource fairness, progressive filling"),
+    "tiresias": ("dlsched.policies.tiresias", "tiresias", "discretized 2D-LAS with starvation promotion"),
+    "optimus": ("dlsched.policies.optimus", "optimus", "fitted speed/convergence models, greedy marginal gain"),
+    "kube-default": ("dlsched.policies.kube_default", "kube_default", "default Kubernetes: pod by pod, spreading, no gang"),
+}
+
+#: The six baselines `dlsched simulate` compares by default.
+BASELINES: tuple[str, ...] = ("fifo", "srtf", "drf", "tiresias", "optimus", "kube-default")
+
+
+def make_policy(name: str, **options: Any) -> Policy:
+    """Build a policy by name; unknown names and options are a ConfigError naming the choices."""
+    key = name.strip().lower()
+    if key not in POLICIES:
+        close = difflib.get_close_matches(key, POLICIES, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"unknown policy {name!r}{hint}; known: {', '.join(POLICIES)}")
+    module, factory, _ = POLICIES[key]
+    fn = getattr(importlib.import_module(module), factory)
+    params = inspect.signature(fn).parameters
+    bad = [k for k in options if k not in params]
+    if bad:
+        raise ConfigError(
+            f"policy {key!r} has no option {bad[0]!r}; its options: {', '.join(params) or 'none'}"
+        )
+    return fn(**options)
+
+
+def parse_policy_list(text: str) -> list[str]:
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    if not names:
+        raise ConfigError("no policy given")
+    for n in names:
+        if n not in POLICIES:
+            make_policy(n)  # raises with the list of known names
+    return names
