@@ -37,6 +37,8 @@ class Cluster:
     speed: np.ndarray  # (N,) float, 1.0 = nominal
     node_names: tuple[str, ...]
     network: Network = field(default_factory=Network)
+    # derived facts (feasibility of a demand shape, ...) memoised per cluster; never part of identity
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         n = len(self.node_names)

@@ -65,7 +65,7 @@ class Simulator:
         throughput: ThroughputModel,
         policy: Policy,
         config: SimConfig | None = None,
-        on_progress: Callable[[float], None] | None = None,
+        on_progress: Callable[[float, int], None] | None = None,
     ):
         self.cluster = cluster
         self.throughput = throughput
@@ -99,6 +99,7 @@ class Simulator:
         self.busy_gpus = 0.0
         self.held_gpus = 0.0
         self.policy_calls = 0
+        self.ended = 0  # jobs done or rejected so far (for progress bars)
         self.policy.reset(self.cluster, cfg.seed)
         policy_name = getattr(self.policy, "name", type(self.policy).__name__)
 
@@ -153,7 +154,7 @@ class Simulator:
                 if plan.wake_at is not None and plan.wake_at > t:
                     wake = plan.wake_at
                 if self.on_progress is not None:
-                    self.on_progress(t)
+                    self.on_progress(t, self.ended)
             self._record(t)
             if self.running or started:
                 idle_calls = 0
@@ -186,6 +187,7 @@ class Simulator:
             js.status = JobStatus.REJECTED
             js.reason = reason
             js.end_time = t
+            self.ended += 1
             return
         js.status = JobStatus.PENDING
         js.loss_fn = loss_curve(js.job_id, js.spec.iterations, self.config.seed, self.config.loss_noise)
@@ -197,6 +199,7 @@ class Simulator:
         self._release(js)
         js.status = JobStatus.DONE
         js.end_time = t
+        self.ended += 1
         js.last_stop = t
         del self.running[js.job_id]
 
@@ -336,6 +339,7 @@ class Simulator:
             js.status = JobStatus.REJECTED
             js.reason = reason or "rejected by the policy"
             js.end_time = t
+            self.ended += 1
             del self.pending[jid]
         return bool(starts)
 
@@ -414,7 +418,7 @@ def simulate(
     policy: Policy,
     throughput: ThroughputModel,
     config: SimConfig | None = None,
-    on_progress: Callable[[float], None] | None = None,
+    on_progress: Callable[[float, int], None] | None = None,
 ) -> SimResult:
     """Run `policy` over `jobs` on `cluster` and return the per-job table, timelines and summary."""
     return Simulator(cluster, throughput, policy, config, on_progress).run(jobs)

@@ -11,15 +11,10 @@ from dlsched.policies.phases.placement import pack
 
 def never_fits(spec: JobSpec, cluster: Cluster) -> str:
     """Empty string if the job's smallest gang fits the empty cluster, else the reason it never can."""
-    return _never_fits(cluster, spec.worker_demand, spec.ps_demand, spec.min_workers, spec.min_ps, spec.gpu_type, spec)
-
-
-_cache: dict[tuple, str] = {}
-
-
-def _never_fits(cluster: Cluster, wd, pd, w, p, gt, spec: JobSpec) -> str:
-    key = (id(cluster), wd, pd, w, p, gt)
-    hit = _cache.get(key)
+    wd, pd, w, p, gt = spec.worker_demand, spec.ps_demand, spec.min_workers, spec.min_ps, spec.gpu_type
+    cache = cluster.memo.setdefault("never_fits", {})
+    key = (wd, pd, w, p, gt)
+    hit = cache.get(key)
     if hit is not None:
         return hit
     mask = cluster.type_mask(gt)
@@ -39,7 +34,23 @@ def _never_fits(cluster: Cluster, wd, pd, w, p, gt, spec: JobSpec) -> str:
             reason = f"its minimum gang ({w} workers, {p} PS) cannot be placed on the cluster's nodes even when empty"
         else:
             reason = ""
-    if len(_cache) > 100_000:
-        _cache.clear()
-    _cache[key] = reason
+    cache[key] = reason
     return reason
+
+
+def largest_gang(spec: JobSpec, cluster: Cluster) -> int:
+    """The most workers (<= the requested number) the empty cluster could ever hold for this job.
+
+    A job that asks for more workers than exist but declares a smaller minimum would otherwise
+    wait forever under a rigid policy, blocking a FIFO queue behind it.
+    """
+    cache = cluster.memo.setdefault("largest_gang", {})
+    key = (spec.worker_demand, spec.ps_demand, spec.num_workers, spec.min_workers, spec.num_ps, spec.gpu_type)
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
+    best = spec.num_workers
+    while best > spec.min_workers and pack(cluster, cluster.capacity, spec, best, spec.num_ps) is None:
+        best -= 1
+    cache[key] = best
+    return best

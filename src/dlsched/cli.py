@@ -1,0 +1,266 @@
+"""The `dlsched` command line.
+
+Every user error (bad trace row, unknown policy or preset, config typo, job larger than the
+cluster) ends as one readable message and exit code 2, never a stack trace.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from functools import wraps
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from dlsched.core.errors import DlschedError, TraceError
+
+app = typer.Typer(
+    help="Schedule and autoscale distributed deep-learning training jobs: run scheduling policies "
+    "over real cluster traces in an event-driven simulator and compare them.",
+    no_args_is_help=False,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+trace_app = typer.Typer(help="Inspect and check trace files.", add_completion=False, pretty_exceptions_enable=False)
+app.add_typer(trace_app, name="trace")
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _friendly(fn: Callable) -> Callable:
+    """Turn our errors (and missing files) into one clear line and exit code 2."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except TraceError as exc:
+            err_console.print(f"[bold red]error:[/] {exc}")
+            for line in exc.problems:
+                err_console.print(f"  {line}", markup=False, highlight=False)
+            raise typer.Exit(2) from None
+        except DlschedError as exc:
+            err_console.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+            raise typer.Exit(2) from None
+        except FileNotFoundError as exc:
+            err_console.print(f"[bold red]error:[/] no such file: {exc.filename or exc}")
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+# --------------------------------------------------------------------------- simulate / compare
+
+
+def _run(
+    trace: Optional[str],
+    trace_format: Optional[str],
+    cluster_name: Optional[str],
+    policies: Optional[str],
+    out: Optional[Path],
+    seed: Optional[int],
+    config: Optional[Path],
+    limit: Optional[int],
+    elastic: Optional[bool],
+    output_format: str,
+) -> None:
+    from dlsched.experiment import run_policies
+    from dlsched.metrics.report import write_report
+    from dlsched.metrics.table import render_table, summary_rows
+    from dlsched.policies.registry import BASELINES, parse_policy_list
+    from dlsched.presets import load_cluster
+    from dlsched.run_config import load_run_config
+    from dlsched.throughput.registry import default_throughput
+    from dlsched.traces import default_workload, load_trace
+
+    if output_format not in ("table", "json"):
+        raise DlschedError(f"--format must be 'table' or 'json', not {output_format!r}")
+    cfg = load_run_config(config)
+    trace = trace or cfg.trace
+    names = parse_policy_list(policies or ",".join(cfg.policies or BASELINES))
+    if seed is not None:
+        cfg.sim.seed = seed
+    limit = limit or cfg.limit
+    elastic = cfg.elastic if elastic is None else elastic
+    quiet = output_format == "json"
+
+    if trace:
+        workload = load_trace(trace, trace_format or cfg.trace_format, limit=limit, elastic=elastic, seed=cfg.sim.seed)
+    else:
+        workload = default_workload()
+        if limit:
+            workload.jobs = workload.jobs[:limit]
+    cluster = load_cluster(cluster_name or cfg.cluster or workload.cluster)
+    throughput = default_throughput(duration_alpha=cfg.throughput.duration_alpha, dl2=cfg.throughput.dl2)
+    out_dir = Path(out or cfg.out or "dlsched-report")
+    if not quiet:
+        console.print(f"[bold]workload[/] {workload.name}: {len(workload.jobs)} jobs from {workload.source}")
+        console.print(f"[bold]cluster[/]  {cluster.describe()}")
+        console.print(f"[bold]policies[/] {', '.join(names)}")
+
+    total = len(workload.jobs)
+    with Progress(
+        TextColumn("{task.description:<14}"), BarColumn(), MofNCompleteColumn(), TextColumn("jobs ended"),
+        TimeElapsedColumn(), console=err_console, disable=quiet,
+    ) as bar:
+        tasks = {n: bar.add_task(n, total=total) for n in names}
+        last = {"t": 0.0}
+
+        def progress(name: str, t: float, ended: int) -> None:
+            now = time.monotonic()
+            if now - last["t"] > 0.1:
+                last["t"] = now
+                bar.update(tasks[name], completed=ended)
+
+        comparison = run_policies(
+            workload.jobs, cluster, names, throughput, cfg.sim, cfg.policy_options, on_progress=progress
+        )
+        for run in comparison.runs:
+            bar.update(tasks[run.name], completed=total)
+
+    results = comparison.results
+    notes = [f"simulated in {r.wall_seconds:.1f} s wall time: {r.name}" for r in comparison.runs]
+    if workload.attribution:
+        notes.insert(0, workload.attribution)
+    index = write_report(
+        results, out_dir, title=f"dlsched: {workload.name} on {cluster.name}", workload=f"{workload.name} "
+        f"({len(workload.jobs)} jobs, {workload.source})", cluster_desc=cluster.describe(), notes=notes,
+    )
+    if quiet:
+        print(json.dumps(summary_rows(results), indent=2))
+        return
+    console.print(render_table(results, title=f"{workload.name} on {cluster.name}"))
+    console.print(f"report: [bold]{index}[/] (plots, per-job CSV/Parquet, summary.csv)")
+
+
+_TRACE = typer.Option(None, "--trace", "-t", help="Trace file (Philly, ITP, Alibaba 2023, Gavel, Pollux, DL2 CSV or dlsched CSV). Default: the embedded ITP slice.")
+_TRACE_FORMAT = typer.Option(None, "--trace-format", help="Trace format when it cannot be detected (see `dlsched trace formats`).")
+_CLUSTER = typer.Option(None, "--cluster", "-c", help="Cluster preset name or YAML file (see `dlsched presets`). Default: the trace's own preset.")
+_OUT = typer.Option(None, "--out", "-o", help="Report folder (default: dlsched-report).")
+_SEED = typer.Option(None, "--seed", help="Seed for the engine and policies (default 0).")
+_CONFIG = typer.Option(None, "--config", help="YAML run config (trace, cluster, policies, sim, policy_options, throughput).")
+_LIMIT = typer.Option(None, "--limit", help="Use only the first N jobs of the trace.")
+_ELASTIC = typer.Option(None, "--elastic/--rigid", help="Let trace jobs run at 1..requested workers (elastic) or only at their size (rigid, default).")
+_FORMAT = typer.Option("table", "--format", "-f", help="'table' (console table + report) or 'json' (summary rows on stdout, for scripts).")
+
+
+@app.command()
+@_friendly
+def simulate(
+    trace: Optional[str] = _TRACE,
+    trace_format: Optional[str] = _TRACE_FORMAT,
+    cluster: Optional[str] = _CLUSTER,
+    policies: Optional[str] = typer.Option(None, "--policies", "-p", help="Comma-separated policy names (default: the six baselines)."),
+    out: Optional[Path] = _OUT,
+    seed: Optional[int] = _SEED,
+    config: Optional[Path] = _CONFIG,
+    limit: Optional[int] = _LIMIT,
+    elastic: Optional[bool] = _ELASTIC,
+    output_format: str = _FORMAT,
+) -> None:
+    """Simulate policies on a workload (default: all six baselines on the embedded ITP slice) and write a report."""
+    _run(trace, trace_format, cluster, policies, out, seed, config, limit, elastic, output_format)
+
+
+@app.command()
+@_friendly
+def compare(
+    trace: str = typer.Option(..., "--trace", "-t", help="Trace file to compare the policies on."),
+    policies: str = typer.Option(..., "--policies", "-p", help="Comma-separated policy names, e.g. fifo,tiresias,optimus."),
+    out: Optional[Path] = _OUT,
+    trace_format: Optional[str] = _TRACE_FORMAT,
+    cluster: Optional[str] = _CLUSTER,
+    seed: Optional[int] = _SEED,
+    config: Optional[Path] = _CONFIG,
+    limit: Optional[int] = _LIMIT,
+    elastic: Optional[bool] = _ELASTIC,
+    output_format: str = _FORMAT,
+) -> None:
+    """Run several policies on one trace: prints the comparison and writes the report folder."""
+    _run(trace, trace_format, cluster, policies, out, seed, config, limit, elastic, output_format)
+
+
+# --------------------------------------------------------------------------- listings
+
+
+@app.command("policies")
+@_friendly
+def list_policies() -> None:
+    """List the scheduling policies."""
+    from dlsched.policies.registry import BASELINES, POLICIES
+
+    for name, (_, _, desc) in POLICIES.items():
+        mark = " (baseline)" if name in BASELINES else ""
+        console.print(f"[bold]{name:<14}[/]{desc}{mark}")
+
+
+@app.command("presets")
+@_friendly
+def list_presets() -> None:
+    """List the cluster presets."""
+    from dlsched.presets import PRESETS
+
+    for name, desc in PRESETS.items():
+        console.print(f"[bold]{name:<14}[/]{desc}")
+
+
+# --------------------------------------------------------------------------- trace tools
+
+
+@trace_app.command("formats")
+@_friendly
+def trace_formats() -> None:
+    """List the trace formats dlsched reads."""
+    from dlsched.traces import FORMATS
+
+    for name, desc in FORMATS.items():
+        console.print(f"[bold]{name:<14}[/]{desc}")
+
+
+@trace_app.command("validate")
+@_friendly
+def trace_validate(
+    file: Path = typer.Argument(..., help="Trace file to check."),
+    trace_format: Optional[str] = _TRACE_FORMAT,
+) -> None:
+    """Check every row of a trace; print problems as file:row: column: problem (exit 1 if any)."""
+    from dlsched.traces import validate_trace
+
+    problems = validate_trace(file, trace_format)
+    if problems:
+        for line in problems:
+            console.print(line, markup=False, highlight=False)
+        err_console.print(f"[bold red]{file}: {len(problems)} problem line(s)[/]")
+        raise typer.Exit(1)
+    console.print(f"{file}: OK")
+
+
+@trace_app.command("info")
+@_friendly
+def trace_info_cmd(
+    file: Path = typer.Argument(..., help="Trace file to describe."),
+    trace_format: Optional[str] = _TRACE_FORMAT,
+    output_format: str = typer.Option("table", "--format", "-f", help="'table' or 'json'."),
+) -> None:
+    """Summarise a trace: jobs, time span, GPU mix, models, deadlines."""
+    from dlsched.traces import load_trace, trace_info
+
+    info = trace_info(load_trace(file, trace_format))
+    if output_format == "json":
+        print(json.dumps(info, indent=2, default=str))
+        return
+    for key, value in info.items():
+        console.print(f"[bold]{key:<22}[/]{value}", highlight=False)
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
