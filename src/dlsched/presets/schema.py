@@ -1,0 +1,50 @@
+"""The YAML shape of a cluster preset, validated so a typo is an error naming the key.
+
+A preset is a list of node groups (identical nodes) plus network bandwidths:
+
+    name: philly
+    description: one line for `dlsched presets`
+    source: where the numbers come from
+    network: {intra_node_gbps: 50, inter_node_gbps: 10, inter_rack_gbps: 5}   # GB/s, optional
+    node_groups:
+      - {count: 80, gpus: 8, cpus: 48, mem: 384, nodes_per_rack: 20}
+
+Racks are numbered across groups in order: each group starts a new rack unless it names its first
+`rack` (to share a rack with an earlier group), and a group without `nodes_per_rack` is one rack.
+`mem` is GiB. A group with `gpus: 0` is a CPU-only node group (its gpu_type is then empty).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class NetworkSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    intra_node_gbps: float = Field(50.0, gt=0, description="GB/s between tasks on one node")
+    inter_node_gbps: float = Field(10.0, gt=0, description="GB/s between nodes of one rack")
+    inter_rack_gbps: float = Field(5.0, gt=0, description="GB/s between racks")
+
+
+class NodeGroup(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    count: int = Field(gt=0, description="number of identical nodes")
+    gpus: float = Field(ge=0)
+    cpus: float = Field(ge=0)
+    mem: float = Field(ge=0, description="GiB")
+    gpu_type: str = "generic"
+    speed: float = Field(1.0, gt=0, description="relative speed factor, 1.0 = nominal")
+    nodes_per_rack: int | None = Field(None, gt=0, description="None: the whole group is one rack")
+    rack: int | None = Field(None, ge=0, description="first rack of the group; None: a new rack after the previous groups")
+
+
+class PresetSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    source: str = ""
+    network: NetworkSpec = Field(default_factory=NetworkSpec)
+    node_groups: list[NodeGroup] = Field(min_length=1)
