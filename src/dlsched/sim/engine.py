@@ -397,6 +397,8 @@ class Simulator:
             js.reason = reason or "the run ended first"
             if was is JobStatus.PENDING and not reason:
                 js.reason = "still waiting when the run ended"
+            elif was is JobStatus.RUNNING and js.rate <= 0:
+                js.reason = "its allocation makes no progress (the throughput model gives 0 iterations/s there)"
         for js in never_arrived:
             js.status = JobStatus.UNFINISHED
             js.reason = reason or "not submitted before the run ended"
