@@ -1,0 +1,168 @@
+"""The DL2 "Ali_Trace" workload generator (Peng et al., DL2, TPDS 2021), rebuilt from its constants.
+
+DL2's simulator does not replay a job list; it generates one (dev repo `scheduler/trace.py`):
+- arrivals: the 72 hourly Alibaba counts scaled so the maximum equals MAX_ARRVS_PER_TS
+  (count -> ceil(count / (max / cap))), read from a random offset 0-4, each slot capped at
+  the cap; jobs arrive at slot starts (slot = TS_DURATION, 1,200 s) until TOT_NUM_JOBS exist.
+  DL2 stops after one pass of the pattern; we wrap around so more jobs can be asked for.
+- length class k drawn with the Alibaba class probabilities; model = job_length_class_to_model_index[k];
+  epochs = int(class mean minutes / 1155 * MAX_NUM_EPOCHS) (FIX_JOB_LEN); iterations = epochs *
+  epoch_size of that model (steps per epoch).
+Jobs: arch `ps`, model "dl2:<name>", elastic 1..16 workers and 1..16 PSs (MAX_NUM_WORKERS of the
+public release), starting at 1 worker + 1 PS. Demands from per_model_task_resource_demand
+(public repo): worker [1 GPU, 2 CPU] (cnn-text-classification and dssm: [0 GPU, 2 CPU]; 4 GPU
+slots = 1 GPU), PS [0 GPU, 2 CPU]; DL2 has no memory dimension, so every task asks 4 GiB.
+work_known = True: DL2 jobs declare their epochs.
+
+The DL2 data has no license: it is read from $DLSCHED_TRACES/dl2 at run time, never shipped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dlsched.core.errors import ConfigError, TraceError
+from dlsched.paths import traces_dir
+from dlsched.traces.frame import build_jobs, finalize
+from dlsched.traces.problems import ProblemLog
+from dlsched.traces.workload import Workload
+
+ATTRIBUTION = (
+    "DL2 workload constants (Peng et al., DL2, IEEE TPDS 2021), pengyanghua/DL2 and yxd886/scheduler; "
+    "no license: research reproduction only, read from the shared traces, not redistributed"
+)
+TASK_MEM_GIB = 4.0
+GPU_SLOTS_PER_GPU = 4.0
+
+
+def constants_path(where: str | Path | None = None) -> Path:
+    """workload_constants.json from `where` (file or folder) or $DLSCHED_TRACES/dl2."""
+    if where is not None:
+        p = Path(where)
+        p = p / "workload_constants.json" if p.is_dir() else p
+    else:
+        root = traces_dir()
+        p = root / "dl2" / "workload_constants.json" if root is not None else None
+    if p is None or not p.is_file():
+        raise TraceError(
+            "the DL2 workload needs dl2/workload_constants.json from the shared traces "
+            f"({'not found: ' + str(p) if p is not None else 'no traces folder found'}); set DLSCHED_TRACES "
+            "to the folder holding dl2/. The DL2 data has no license, so dlsched does not ship it."
+        )
+    return p
+
+
+def load_constants(where: str | Path | None = None) -> dict:
+    p = constants_path(where)
+    try:
+        c = json.loads(p.read_text())
+        c["ali_trace"]["arrival_count_per_hour_slot_72"]
+        c["per_model_constants"]["epoch_size_steps_per_epoch"]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise TraceError(f"{p}: not DL2's workload_constants.json ({type(e).__name__}: {e})") from None
+    return c
+
+
+def arrival_counts(c: dict, max_arrivals_per_slot: int, pattern: str = "ali") -> list[int]:
+    """Per-slot arrival counts before the offset and the cap (DL2's _get_pattern)."""
+    if pattern == "ali":
+        raw = c["ali_trace"]["arrival_count_per_hour_slot_72"]
+        ratio = max(raw) / float(max_arrivals_per_slot)
+        return [int(math.ceil(a / ratio)) for a in raw]
+    if pattern == "google":
+        table = c["google_trace_arrival_patterns_75_slots_by_max_arrivals_per_slot"]
+        if str(max_arrivals_per_slot) not in table:
+            raise ConfigError(
+                f"DL2's Google pattern exists for max_arrivals_per_slot in {', '.join(table)}, not {max_arrivals_per_slot}"
+            )
+        return list(table[str(max_arrivals_per_slot)])
+    raise ConfigError(f"unknown DL2 arrival pattern {pattern!r}; use 'ali' or 'google'")
+
+
+def dl2_workload(
+    num_jobs: int = 60,
+    max_arrivals_per_slot: int = 3,
+    seed: int = 0,
+    *,
+    pattern: str = "ali",
+    slot_seconds: float = 1200.0,
+    max_num_epochs: int = 30000,
+    max_workers: int = 16,
+    constants: str | Path | None = None,
+) -> Workload:
+    """DL2's Alibaba-pattern workload (defaults: DL2's 60 jobs, 3 arrivals per 20-min slot)."""
+    if num_jobs < 1 or max_arrivals_per_slot < 1:
+        raise ConfigError("dl2 workload: num_jobs and max_arrivals_per_slot must be >= 1")
+    if slot_seconds <= 0 or max_num_epochs < 1 or max_workers < 1:
+        raise ConfigError("dl2 workload: slot_seconds, max_num_epochs and max_workers must be positive")
+    c = load_constants(constants)
+    counts = arrival_counts(c, max_arrivals_per_slot, pattern)
+    if max(counts) == 0:
+        raise ConfigError("dl2 workload: the arrival pattern has no arrivals")
+    ali = c["ali_trace"]
+    names = c["model_names_index_order"]
+    epoch_size = c["per_model_constants"]["epoch_size_steps_per_epoch"]
+    w_dem = c["per_model_task_resource_demand_cpu_gpu_slots"]["worker_public_DL2_repo"]
+    p_dem = c["per_model_task_resource_demand_cpu_gpu_slots"]["ps_public_DL2_repo"]
+    means = np.asarray(ali["job_length_class_mean_minutes"], dtype=float)
+    cum = np.cumsum(ali["job_length_class_probability"])
+    to_model = ali["job_length_class_to_model_index"]
+
+    rng = np.random.default_rng(seed)
+    offset = int(rng.integers(0, 5))
+    slots: list[int] = []
+    ts = 0
+    while len(slots) < num_jobs:
+        k = min(max_arrivals_per_slot, counts[(ts + offset) % len(counts)])
+        slots.extend([ts] * min(k, num_jobs - len(slots)))
+        ts += 1
+    cls = np.minimum(np.searchsorted(cum, rng.random(num_jobs), side="right"), len(cum) - 1)
+    model = np.asarray(to_model)[cls]
+    epochs = (means[cls] / means.max() * max_num_epochs).astype(int)
+    epochs = np.maximum(epochs, 1)
+    iters = epochs * np.asarray(epoch_size)[model]
+    wd = np.asarray(w_dem, dtype=float)[model]  # [cpu, gpu slots]
+    pdm = np.asarray(p_dem, dtype=float)[model]
+    frame = pd.DataFrame(
+        {
+            "_line": np.arange(1, num_jobs + 1),
+            "job_id": [f"dl2-{i:03d}" for i in range(1, num_jobs + 1)],
+            "submit_time": np.asarray(slots, dtype=float) * slot_seconds,
+            "iterations": iters.astype(float),
+            "model": ["dl2:" + names[m] for m in model],
+            "arch": "ps",
+            "num_workers": 1,
+            "min_workers": 1,
+            "max_workers": max_workers,
+            "num_ps": 1,
+            "min_ps": 1,
+            "max_ps": max_workers,
+            "worker_gpu": wd[:, 1] / GPU_SLOTS_PER_GPU,
+            "worker_cpu": wd[:, 0],
+            "worker_mem": TASK_MEM_GIB,
+            "ps_gpu": pdm[:, 1] / GPU_SLOTS_PER_GPU,
+            "ps_cpu": pdm[:, 0],
+            "ps_mem": TASK_MEM_GIB,
+            "work_known": True,
+            "extra": [
+                {"epochs": int(e), "length_class": int(k), "slot": int(s)} for e, k, s in zip(epochs, cls, slots)
+            ],
+        }
+    )
+    log = ProblemLog("dl2-ali")
+    frame = finalize(frame, log)
+    jobs = build_jobs(frame, log)
+    log.raise_if_any("dl2 workload")  # only an inconsistent constants file gets here
+    return Workload(
+        name="dl2-ali",
+        jobs=jobs,
+        source=str(constants_path(constants)),
+        cluster="dl2",
+        attribution=ATTRIBUTION,
+        notes=[f"DL2 generator: pattern={pattern}, cap {max_arrivals_per_slot}/slot, offset {offset}, seed {seed}"],
+    )
