@@ -92,6 +92,7 @@ def summarize(jobs: pd.DataFrame, tl: pd.DataFrame, cluster: Cluster, end_time: 
         return float(np.percentile(jct, q)) if len(jct) else float("nan")
 
     return {
+        "total_gpus": cluster.total_gpus,
         "jobs": int(len(jobs)),
         "finished": int(len(done)),
         "rejected": int((jobs.status == "rejected").sum()),

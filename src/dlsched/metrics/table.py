@@ -1,0 +1,170 @@
+"""The policy comparison: one row per policy, as a DataFrame, a rich console table, or JSON rows.
+
+All three read `SimResult.summary` and nothing else, so the console, the JSON output, summary.csv
+and the HTML report can never disagree. A missing value (no job finished, no job had a deadline)
+stays NaN in the DataFrame and is shown as "–", never as 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+from rich.table import Table
+from rich.text import Text
+
+from dlsched.sim.results import SimResult
+
+NA = "–"
+HOUR = 3600.0
+
+
+@dataclass(frozen=True)
+class Column:
+    """One metric of the comparison: where it comes from, its unit and how a human reads it."""
+
+    key: str  # column name in comparison_table / summary.csv (unit in the name)
+    label: str  # header shown to people
+    source: str  # key in SimResult.summary
+    scale: float = 1.0  # divide the summary value by this (seconds → hours)
+    fmt: str = "{:,.2f}"
+    short: str = ""  # narrower header for the console; "" = not a console column of its own
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("jobs", "jobs", "jobs", fmt="{:,}"),
+    Column("finished", "finished", "finished", fmt="{:,}"),
+    Column("rejected", "rejected", "rejected", fmt="{:,}", short="rej."),
+    Column("unfinished", "unfinished", "unfinished", fmt="{:,}", short="unfin."),
+    Column("mean_jct_h", "mean JCT (h)", "mean_jct", HOUR, short="JCT mean h"),
+    Column("median_jct_h", "median JCT (h)", "median_jct", HOUR, short="p50 h"),
+    Column("p95_jct_h", "p95 JCT (h)", "p95_jct", HOUR, short="p95 h"),
+    Column("p99_jct_h", "p99 JCT (h)", "p99_jct", HOUR, short="p99 h"),
+    Column("mean_queueing_delay_h", "mean queueing (h)", "mean_queueing_delay", HOUR, short="queue h"),
+    Column("makespan_h", "makespan (h)", "makespan", HOUR, short="makesp. h"),
+    Column("gpu_utilization", "GPU util.", "gpu_utilization", fmt="{:.1%}", short="util"),
+    Column("deadline_met_ratio", "deadlines met", "deadline_met_ratio", fmt="{:.1%}", short="ddl met"),
+    Column("total_utility", "total utility", "total_utility", fmt="{:,.1f}", short="utility"),
+    Column("held_gpu_hours", "held GPU·h (partial gangs)", "held_gpu_hours", fmt="{:,.1f}", short="held GPU·h"),
+    Column("restarts", "restarts", "restarts", fmt="{:,}", short="restarts"),
+    Column("preemptions", "preemptions", "preemptions", fmt="{:,}", short="preempt."),
+)
+_INT_KEYS = {"jobs", "finished", "rejected", "unfinished", "restarts", "preemptions"}
+
+
+def policy_labels(results: Sequence[SimResult]) -> list[str]:
+    """Policy names made unique ("fifo", "fifo (2)"), so two runs of one policy stay two rows."""
+    seen: dict[str, int] = {}
+    out = []
+    for r in results:
+        n = seen.get(r.policy, 0) + 1
+        seen[r.policy] = n
+        out.append(r.policy if n == 1 else f"{r.policy} ({n})")
+    return out
+
+
+def _number(value: Any) -> float:
+    """A summary value as a float, with None (no data) as NaN."""
+    return float("nan") if value is None else float(value)
+
+
+def comparison_table(results: Sequence[SimResult]) -> pd.DataFrame:
+    """One row per policy: counts, JCT percentiles (hours), utilization, deadlines, waste, churn."""
+    rows = []
+    for label, r in zip(policy_labels(results), results):
+        row: dict[str, Any] = {"policy": label}
+        for c in COLUMNS:
+            v = _number(r.summary.get(c.source))
+            row[c.key] = v / c.scale
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=["policy", *(c.key for c in COLUMNS)])
+    for k in _INT_KEYS:  # counts are always present in a summary; keep them integers
+        if df[k].notna().all():
+            df[k] = df[k].astype("int64")
+    return df
+
+
+def format_value(value: Any, fmt: str) -> str:
+    """A number for people: NaN/None → "–"."""
+    if value is None or (isinstance(value, (float, np.floating)) and math.isnan(value)):
+        return NA
+    return fmt.format(value)
+
+
+def display_table(df: pd.DataFrame) -> pd.DataFrame:
+    """comparison_table with every value formatted and human headers (for HTML and the console)."""
+    out = pd.DataFrame({"policy": df["policy"]})
+    for c in COLUMNS:
+        out[c.label] = [format_value(v, c.fmt) for v in df[c.key]]
+    return out
+
+
+def best_mean_jct_note(df: pd.DataFrame) -> str:
+    """Which policy has the lowest mean JCT, and a warning when it got there by finishing fewer jobs.
+
+    Mean JCT counts finished jobs only, so a policy that rejects or strands the long jobs looks
+    fast; the note puts its finished count next to the best finished count.
+    """
+    ok = df[df["mean_jct_h"].notna()]
+    if ok.empty:
+        return "No policy finished a job, so there is no mean JCT to compare."
+    best = ok.loc[ok["mean_jct_h"].idxmin()]
+    note = (
+        f"Best mean JCT: {best['policy']} with {format_value(best['mean_jct_h'], '{:,.2f}')} h "
+        f"({best['finished']:,} of {best['jobs']:,} jobs finished)."
+    )
+    most = df.loc[df["finished"].idxmax()]
+    if best["finished"] < most["finished"]:
+        note += (
+            f" But it finished fewer jobs than {most['policy']} ({most['finished']:,}); "
+            "mean JCT counts finished jobs only."
+        )
+    return note
+
+
+def render_table(results: Sequence[SimResult], title: str = "") -> Table:
+    """The comparison for the console, with short headers so it fits ~120 columns.
+
+    Finished is shown as "done/jobs" and rejected/unfinished in red when non-zero, so a policy
+    that "wins" by finishing fewer jobs is obvious at a glance; the caption names the best mean JCT.
+    """
+    df = comparison_table(results)
+    shown = display_table(df)
+    table = Table(title=title or None, caption=best_mean_jct_note(df), caption_justify="left")
+    table.add_column("policy", style="bold")
+    table.add_column("done/jobs", justify="right")
+    cols = [c for c in COLUMNS if c.short]
+    for c in cols:
+        table.add_column(c.short, justify="right")
+    bad = {"rejected", "unfinished"}
+    for i in range(len(df)):
+        done = f"{shown.at[i, 'finished']}/{shown.at[i, 'jobs']}"
+        cells: list[Text | str] = [str(df.at[i, "policy"]), Text(done, style="bold red" if
+                                   df.at[i, "finished"] < df.at[i, "jobs"] else "")]
+        for c in cols:
+            style = "bold red" if c.key in bad and df.at[i, c.key] > 0 else ""
+            cells.append(Text(shown.at[i, c.label], style=style))
+        table.add_row(*cells)
+    return table
+
+
+def _json_value(v: Any) -> Any:
+    """A summary value JSON can hold: NumPy scalars as Python, NaN/inf as None."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def summary_rows(results: Sequence[SimResult]) -> list[dict]:
+    """Each policy's full summary dict (the raw units: seconds, fractions), JSON-serialisable."""
+    rows = []
+    for label, r in zip(policy_labels(results), results):
+        row = {k: _json_value(v) for k, v in r.summary.items()}
+        row["policy"] = label
+        rows.append(row)
+    return rows

@@ -1,0 +1,184 @@
+"""Metrics tables and the report folder, on small real simulator runs (not hand-made results), so
+the report is checked against what the engine actually produces."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from rich.console import Console
+
+from dlsched.core.cluster import Cluster
+from dlsched.core.job import JobSpec
+from dlsched.metrics import comparison_table, render_table, summary_rows, write_report
+from dlsched.metrics.plots import bin_average, cluster_gpus
+from dlsched.policies.fifo import fifo
+from dlsched.sim.config import SimConfig
+from dlsched.sim.engine import simulate
+from dlsched.sim.results import SimResult
+from dlsched.throughput.duration_only import DurationOnly
+
+CLUSTER = Cluster.homogeneous("tiny", nodes=2, gpus=4, cpus=32, mem=256)
+HUGE_REASON_WORD = "cluster has 8"  # the rejected 16-GPU job's reason names the cluster's size
+
+
+def _workload(n: int = 40) -> list[JobSpec]:
+    rng = np.random.default_rng(7)
+    submit = np.cumsum(rng.exponential(300.0, n))
+    dur = np.exp(rng.normal(7.0, 1.0, n))
+    workers = rng.choice([1, 2, 4, 8], n, p=[0.5, 0.25, 0.15, 0.1])
+    jobs = [JobSpec(f"j{i}", float(submit[i]), float(dur[i]), num_workers=int(workers[i])) for i in range(n)]
+    jobs.append(JobSpec("huge", 10.0, 100.0, num_workers=16))  # never fits: rejected on arrival
+    return jobs
+
+
+def _run(name: str, backfill: bool, config: SimConfig | None = None, jobs=None) -> SimResult:
+    policy = fifo(backfill=backfill)
+    policy.name = name
+    return simulate(jobs or _workload(), CLUSTER, policy, DurationOnly(), config)
+
+
+@pytest.fixture(scope="module")
+def results() -> list[SimResult]:
+    full = _run("fifo", False)
+    cut_at = float(full.jobs["submit"].max()) * 0.5
+    return [full, _run("fifo-backfill", True), _run("fifo-cut", True, SimConfig(max_time=cut_at))]
+
+
+@pytest.fixture(scope="module")
+def report(results, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report")
+    (out / "mine.txt").write_text("keep me")
+    return write_report(
+        results, out, title="Test <report>", workload="synthetic 41 jobs",
+        cluster_desc=CLUSTER.describe(), notes=["first note", "second & last"],
+    )
+
+
+def test_fixture_has_rejected_and_unfinished_jobs(results):
+    assert results[0].summary["rejected"] == 1
+    assert results[2].summary["unfinished"] > 0
+
+
+def test_report_writes_every_file_and_keeps_others(report):
+    out = report.parent
+    assert report.name == "index.html"
+    for name in ("summary.csv", "jobs.parquet", "jobs.csv", "timeline.parquet",
+                 "jct_cdf.png", "utilization.png", "queue.png", "index.html"):
+        assert (out / name).stat().st_size > 0, name
+    assert (out / "mine.txt").read_text() == "keep me"
+    for png in ("jct_cdf.png", "utilization.png", "queue.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_data_files_hold_every_job_and_sample(report, results):
+    out = report.parent
+    jobs = pd.read_parquet(out / "jobs.parquet")
+    assert list(jobs.columns[:2]) == ["policy", "job_id"]
+    assert len(jobs) == sum(len(r.jobs) for r in results)
+    assert jobs.groupby("policy").size().to_dict() == {r.policy: len(r.jobs) for r in results}
+    assert len(pd.read_csv(out / "jobs.csv")) == len(jobs)
+    tl = pd.read_parquet(out / "timeline.parquet")
+    assert len(tl) == sum(len(r.timeline) for r in results)
+    summary = pd.read_csv(out / "summary.csv")
+    assert summary["policy"].tolist() == [r.policy for r in results]
+
+
+def test_html_is_self_contained(report, results):
+    page = report.read_text(encoding="utf-8")
+    assert page.count('src="data:image/png;base64,') == 3
+    for r in results:
+        assert r.policy in page
+    refs = re.findall(r'(?:src|href)\s*=\s*["\']([^"\']*)', page, flags=re.I)
+    assert refs
+    for ref in refs:
+        assert ref.startswith("data:image/png;base64,") or not re.match(r"^[a-z]+:|^//", ref, re.I), ref
+    assert "<script" not in page.lower()
+    assert "Test &lt;report&gt;" in page and "second &amp; last" in page
+    assert "synthetic 41 jobs" in page and CLUSTER.describe() in page
+
+
+def test_html_shows_unfinished_and_rejected_with_reasons(report, results):
+    page = report.read_text(encoding="utf-8")
+    cut = results[2]
+    n = cut.summary["unfinished"]
+    reason = cut.jobs.loc[cut.jobs["status"] == "unfinished", "reason"].iloc[0]
+    assert reason and reason in page
+    assert f"{n}× " in page
+    assert HUGE_REASON_WORD in page
+
+
+def test_summary_rows_json_roundtrip(results):
+    rows = summary_rows(results)
+    text = json.dumps(rows, allow_nan=False)  # NaN would make this raise
+    back = json.loads(text)
+    assert [r["policy"] for r in back] == [r.policy for r in results]
+    for row, r in zip(back, results):
+        assert row["mean_jct"] == pytest.approx(r.summary["mean_jct"])
+        assert row["finished"] == r.summary["finished"]
+        assert row["deadline_met_ratio"] is None  # no job had a deadline: no value, not 0
+        assert math.isnan(r.summary["deadline_met_ratio"])
+
+
+def test_comparison_table_one_numeric_row_per_policy(results):
+    df = comparison_table(results)
+    assert df["policy"].tolist() == [r.policy for r in results]
+    for col in df.columns.drop("policy"):
+        assert pd.api.types.is_numeric_dtype(df[col]), col
+    for (_, row), r in zip(df.iterrows(), results):
+        assert row["mean_jct_h"] == pytest.approx(r.summary["mean_jct"] / 3600)
+        assert row["unfinished"] == r.summary["unfinished"]
+        assert row["gpu_utilization"] == pytest.approx(r.summary["gpu_utilization"])
+    assert df["deadline_met_ratio"].isna().all()
+
+
+def test_duplicate_policy_names_stay_apart(results):
+    df = comparison_table([results[0], results[0]])
+    assert df["policy"].tolist() == ["fifo", "fifo (2)"]
+
+
+def test_render_table_shows_counts_and_best(results):
+    console = Console(record=True, width=220)
+    console.print(render_table(results, title="cmp"))
+    text = console.export_text()
+    cut = results[2]
+    assert f"{cut.summary['finished']}/{cut.summary['jobs']}" in text
+    assert "Best mean JCT:" in text
+    assert "–" in text  # deadlines met: no value
+    best = min(results, key=lambda r: r.summary["mean_jct"])
+    assert f"Best mean JCT: {best.policy}" in text
+    if best is cut:  # it finished fewer jobs; the note must say so
+        assert "finished fewer jobs" in text
+
+
+def test_report_when_no_job_finishes(tmp_path):
+    only_huge = [JobSpec("huge", 0.0, 100.0, num_workers=16)]
+    r = _run("fifo", False, jobs=only_huge)
+    assert r.summary["finished"] == 0
+    index = write_report([r], tmp_path, title="t", workload="w", cluster_desc="c")
+    page = index.read_text(encoding="utf-8")
+    assert "No policy finished a job" in page
+    assert json.dumps(summary_rows([r]), allow_nan=False)
+
+
+def test_bin_average_is_exact_for_step_functions():
+    t = np.array([0.0, 10.0, 30.0])
+    v = np.array([2.0, 4.0, 4.0])  # 2 on [0,10), 4 on [10,30]
+    edges = np.array([0.0, 10.0, 20.0, 40.0])
+    out = bin_average(t, v, edges)
+    assert out[0] == pytest.approx(2.0)
+    assert out[1] == pytest.approx(4.0)
+    assert out[2] == pytest.approx(4.0)  # averaged over the covered part only
+    mixed = bin_average(t, v, np.array([5.0, 15.0, 50.0, 60.0]))
+    assert mixed[0] == pytest.approx(3.0)
+    assert math.isnan(mixed[2])  # after the run ended: no value
+
+
+def test_cluster_size_recovered_from_summary(results):
+    for r in results:
+        assert cluster_gpus(r) == CLUSTER.total_gpus
