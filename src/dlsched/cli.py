@@ -29,6 +29,8 @@ trace_app = typer.Typer(help="Inspect and check trace files.", add_completion=Fa
 app.add_typer(trace_app, name="trace")
 
 console = Console()
+if not console.is_terminal:  # piped or in CI: rich would assume 80 columns and squash the table
+    console = Console(width=160)
 err_console = Console(stderr=True)
 
 

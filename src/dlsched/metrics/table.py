@@ -136,7 +136,8 @@ def render_table(results: Sequence[SimResult], title: str = "") -> Table:
     table = Table(title=title or None, caption=best_mean_jct_note(df), caption_justify="left")
     table.add_column("policy", style="bold")
     table.add_column("done/jobs", justify="right")
-    cols = [c for c in COLUMNS if c.short]
+    # a metric no policy has (no deadlines, no utilities) is noise on the console: leave it to the report
+    cols = [c for c in COLUMNS if c.short and df[c.key].notna().any()]
     for c in cols:
         table.add_column(c.short, justify="right")
     bad = {"rejected", "unfinished"}
