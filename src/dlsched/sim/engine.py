@@ -141,6 +141,8 @@ class Simulator:
             if next_tick <= t:
                 events.add("tick")
                 next_tick = t0 + (math.floor((t - t0) / interval) + 1) * interval
+                if next_tick <= t:  # (t - t0)/interval rounded just below a whole number
+                    next_tick += interval
             if wake <= t:
                 events.add("wake")
                 wake = math.inf

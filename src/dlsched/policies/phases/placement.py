@@ -165,3 +165,170 @@ class LeastLoaded:
 
 
 PLACEMENTS = {"pack": Pack(), "spread": Spread(), "least-loaded": LeastLoaded()}
+
+
+# --- Optimus ---------------------------------------------------------------------------------
+
+
+def even_spread(
+    cluster: Cluster, free: np.ndarray, spec: JobSpec, workers: int, ps: int
+) -> Allocation | None:
+    """Optimus' placement: p PSs and w workers spread evenly over the fewest servers that fit.
+
+    Optimus' theorem (EuroSys'18): for k servers, p/k PSs and w/k workers on each is optimal,
+    and the smallest feasible k minimises the job's time. As in its code, candidate servers are
+    taken roomiest first (most room for this job's average task, then lowest index) and tasks are
+    dealt round-robin: workers first, the PSs continuing where the workers stopped, so the
+    remainders land on different servers. The smallest k (up to the number of tasks) that fits
+    wins; all k are checked in one array operation.
+    """
+    tasks = workers + ps
+    if tasks <= 0:
+        return None
+    wd = np.asarray(spec.worker_demand)
+    pd = np.asarray(spec.ps_demand)
+    mask = _eligible(cluster, spec)
+    avail = free if mask is None else np.where(mask[:, None], free, 0.0)
+    avg = (workers * wd + ps * pd) / tasks
+    need = avg > 0
+    if need.any():
+        room = ((avail[:, need] + _EPS) / avg[need]).min(axis=1)
+    else:
+        room = np.full(avail.shape[0], float(tasks))
+    if mask is not None:
+        room = np.where(mask, room, -1.0)
+    order = np.lexsort((np.arange(len(room)), -room))
+    order = order[room[order] > 0]
+    if len(order) == 0:
+        return None
+    # no k below this can work: some server would need more than the roomiest one has
+    total = workers * wd + ps * pd
+    top = avail[order].max(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        k_lo = np.where(total > _EPS, np.ceil(total / np.maximum(top, _EPS) - 1e-9), 1.0).max()
+    k_min, k_max = max(1, int(min(k_lo, tasks))), min(tasks, len(order))
+    if k_min > k_max:
+        return None
+    # every candidate k at once: row k-k_min, column i = the i-th roomiest server (i < k)
+    ks = np.arange(k_min, k_max + 1)[:, None]
+    idx = np.arange(k_max)[None, :]
+    used = idx < ks
+    w_cnt = np.where(used, workers // ks + (idx < workers % ks), 0)
+    p_cnt = np.where(used, ps // ks + ((idx - workers) % ks < ps % ks), 0)
+    use = w_cnt[:, :, None] * wd + p_cnt[:, :, None] * pd
+    ok = (avail[order[:k_max]][None, :, :] + _EPS >= use).all(axis=(1, 2))
+    if not ok.any():
+        return None
+    row = int(np.argmax(ok))
+    k = k_min + row
+    w_all = np.zeros(len(room), dtype=np.int64)
+    p_all = np.zeros(len(room), dtype=np.int64)
+    w_all[order[:k]] = w_cnt[row, :k]
+    p_all[order[:k]] = p_cnt[row, :k]
+    return Allocation.from_counts(w_all, p_all)
+
+
+@dataclass(frozen=True)
+class EvenSpread:
+    """Optimus' placement as a Placement phase (see `even_spread`)."""
+
+    name: str = "even-spread"
+
+    def place(
+        self, cluster: Cluster, free: np.ndarray, spec: JobSpec, workers: int, ps: int
+    ) -> Allocation | None:
+        return even_spread(cluster, free, spec, workers, ps)
+
+
+# --- priority order with minimal preemption (SRTF and other strict-priority policies) --------
+
+from dlsched.core.cluster import GPU as _GPU  # noqa: E402  (kept beside the function that needs them)
+from dlsched.core.policy import take as _take  # noqa: E402
+
+
+def place_by_priority(snap, sized, placement) -> tuple[dict[str, Allocation], list]:
+    """Realise a strict priority order without needless preemption or migration.
+
+    `sized` is [(job, workers, ps)] for every job that may run, highest priority first (running
+    and pending mixed); running jobs left out of it are stopped. Returns (allocations of every job
+    that should run, running jobs preempted).
+
+    Re-planning from an empty cluster (`PhasedPolicy(preemptive=True)`) lets a newly placed
+    high-priority job land on the nodes of a lower-priority running job and push it elsewhere
+    although the cluster had room. Here instead:
+    - a running job at an unchanged size keeps its Allocation object (the engine skips it);
+    - a pending (or resized) job is placed in what is actually free; only if it does not fit are
+      lower-priority running jobs considered as victims, lowest priority first, and only if
+      freeing them lets it be placed are they preempted (the fewest such, from the bottom);
+    - otherwise nothing is preempted and the walk goes on to the next job (skip-ahead).
+    GPU counts are compared as scalars before any placement is attempted. Victims always form a
+    suffix of the running jobs in priority order, so the walk is linear apart from placements.
+    """
+    cluster = snap.cluster
+    plan: dict[str, Allocation] = {}
+    free = np.array(snap.free, dtype=float)
+    runs: list[tuple[int, object]] = []  # (position, job) of running jobs kept in place
+    for pos, (job, w, p) in enumerate(sized):
+        if job.allocation is not None and job.num_workers == w and job.num_ps == p:
+            runs.append((pos, job))
+            plan[job.job_id] = job.allocation
+    for job in snap.running:  # stopped or resized: release what they hold
+        if job.job_id not in plan:
+            use = job.allocation.usage(np.asarray(job.spec.worker_demand), np.asarray(job.spec.ps_demand))
+            np.add.at(free, list(job.allocation.nodes), use)
+    free_g = float(free[:, _GPU].sum())
+
+    def gpus(job) -> float:
+        a = job.allocation
+        return a.num_workers * job.spec.worker_demand[_GPU] + a.num_ps * job.spec.ps_demand[_GPU]
+
+    def add_use(arr: np.ndarray, job) -> None:
+        a = job.allocation
+        np.add.at(arr, list(a.nodes), a.usage(np.asarray(job.spec.worker_demand), np.asarray(job.spec.ps_demand)))
+
+    victims: set[str] = set()
+    below = sum(gpus(j) for _, j in runs)
+    alive = len(runs)  # runs[:alive] still run; runs[alive:] were preempted (not restarted this round)
+    nxt = 0  # next entry of `runs` the walk has not passed yet
+    for pos, (job, w, p) in enumerate(sized):
+        while nxt < alive and runs[nxt][0] <= pos:
+            below -= gpus(runs[nxt][1])
+            nxt += 1
+        if job.job_id in plan or job.job_id in victims:
+            continue
+        spec = job.spec
+        need = w * spec.worker_demand[_GPU] + p * spec.ps_demand[_GPU]
+        alloc = None
+        if need <= free_g + 1e-9:
+            alloc = placement.place(cluster, free, spec, w, p)
+            if alloc is not None:
+                _take(free, alloc, spec)
+                free_g -= need
+        if alloc is None and need <= free_g + below + 1e-9:
+            trial, got, k, checked = free.copy(), 0.0, alive, False
+            while k > nxt:
+                k -= 1
+                add_use(trial, runs[k][1])
+                got += gpus(runs[k][1])
+                if need <= free_g + got + 1e-9:
+                    alloc = placement.place(cluster, trial, spec, w, p)
+                    if alloc is not None:
+                        break
+                    if not checked:  # would freeing every candidate help at all? (one try, not n)
+                        checked, every = True, trial.copy()
+                        for _, other in runs[nxt:k]:
+                            add_use(every, other)
+                        if placement.place(cluster, every, spec, w, p) is None:
+                            break
+            if alloc is not None:
+                for _, victim in runs[k:alive]:
+                    del plan[victim.job_id]
+                    victims.add(victim.job_id)
+                alive = k
+                free = trial
+                _take(free, alloc, spec)
+                free_g += got - need
+                below -= got
+        if alloc is not None:
+            plan[job.job_id] = alloc
+    return plan, [j for j in snap.running if j.job_id not in plan]

@@ -1,0 +1,144 @@
+"""How much work a job has left, from what a live system can see — for any policy that needs it.
+
+Optimus needs remaining iterations Q for its marginal gains; a deadline policy needs them to tell
+whether a job will finish in time. Neither may read `spec.iterations` unless the user gave it
+(`spec.work_known`). The sources, best first:
+
+1. `known`    — `spec.work_known`: the user said how many iterations; exact.
+2. `fit`      — the job's observed loss fitted with Optimus' convergence model
+                (`convergence_fit`): an estimate with a 99% range.
+3. `history`  — no usable fit yet: the median total of finished jobs of the same type (Optimus
+                uses finished same-type jobs' epoch counts), range = their min..max.
+4. `halfway`  — the job has run but nothing fits: assume it is halfway (total = 2 × progress);
+                range 0..3 × progress. Optimus' code assumes "20 more epochs" here; we have no
+                epochs, and halfway is the scale-free analogue (a job's age predicts its length).
+5. `unknown`  — never run, no history: remaining = inf, range 0..inf. The caller decides what
+                an unknown job is worth (Optimus substitutes the median of the other jobs).
+
+Fits are cached per job and redone only when progress has grown by `refit_growth` (25%) since the
+last fit (a fit costs ~4 ms): a policy asked every slot then pays O(log progress) fits per job, not
+one per slot. On the embedded ITP slice Optimus' mean JCT was the same at 10% (16,439 s) and 25%
+(16,402 s) while the run took 12 s instead of 19 s.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from dlsched.core.snapshot import JobState, JobStatus, Snapshot
+from dlsched.estimators.convergence_fit import ConvergenceFit, fit_convergence
+from dlsched.estimators.speed_model import profile_key
+
+#: Loss samples requested from a job: more than `observed_loss`'s default 20 averages the noise
+#: out (worst error 30% into a job: 4% with 50 samples vs 9% with 20).
+LOSS_SAMPLES = 50
+#: A fitted total that is already behind the job still leaves at least this fraction of progress.
+MIN_REMAINING_FRACTION = 0.01
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Remaining iterations with a range (low ≤ remaining ≤ high) and where the number came from."""
+
+    remaining: float
+    low: float
+    high: float
+    source: str  # known | oracle | fit | history | halfway | unknown
+
+    @property
+    def exact(self) -> bool:
+        return self.source in ("known", "oracle")
+
+
+def oracle_estimate(snap: Snapshot, job: JobState) -> Estimate:
+    """The true remaining work, for policies run as an oracle (raises otherwise)."""
+    rem = max(snap.remaining_iterations(job), 0.0)
+    return Estimate(rem, rem, rem, "oracle")
+
+
+def _from_fit(fit: ConvergenceFit, done: float) -> Estimate:
+    floor = MIN_REMAINING_FRACTION * done
+    rem = max(fit.total - done, floor)
+    return Estimate(rem, max(min(fit.low - done, rem), 0.0), max(fit.high - done, rem), "fit")
+
+
+def combine(job: JobState, fit: ConvergenceFit | None, history: Sequence[float] = ()) -> Estimate:
+    """The estimate from an already computed fit (or None) and finished same-type totals.
+
+    `history` must be sorted ascending (it is searched by bisection: a trace's common job type
+    may have thousands of finished jobs, and this runs for every waiting job on every call).
+    """
+    spec = job.spec
+    done = job.progress
+    if spec.work_known:
+        rem = max(spec.iterations - done, 0.0)
+        return Estimate(rem, rem, rem, "known")
+    if fit is not None:
+        return _from_fit(fit, done)
+    i = bisect.bisect_right(history, done)
+    n = len(history) - i
+    if n > 0:
+        mid = 0.5 * (history[i + (n - 1) // 2] + history[i + n // 2])  # median of those > done
+        return Estimate(mid - done, history[i] - done, history[-1] - done, "history")
+    if done > 0:
+        return Estimate(done, 0.0, 3.0 * done, "halfway")
+    return Estimate(math.inf, 0.0, math.inf, "unknown")
+
+
+def estimate_remaining(job: JobState, history: Sequence[float] | None = None) -> Estimate:
+    """Stateless estimate for one job: fits its observed loss now (see the module doc).
+
+    `history`: totals of finished jobs of the same type, if the caller keeps them.
+    """
+    fit = None
+    if not job.spec.work_known and job.progress > 0:
+        fit = fit_convergence(job.observed_loss(LOSS_SAMPLES))
+    return combine(job, fit, sorted(history or ()))
+
+
+class RemainingWork:
+    """Stateful estimator a policy keeps across calls: caches fits, remembers finished jobs.
+
+    Call `observe(jobs)` with the jobs of each snapshot: jobs seen before that have since finished
+    contribute their final iteration count to their type's history (a live system knows how many
+    iterations a finished job ran).
+    """
+
+    def __init__(self, refit_growth: float = 0.25):
+        self.refit_growth = refit_growth
+        self._fits: dict[str, tuple[float, ConvergenceFit | None]] = {}
+        self._seen: dict[str, JobState] = {}
+        self._history: dict[tuple, list[float]] = {}
+
+    def observe(self, jobs: list[JobState]) -> None:
+        for job in jobs:
+            self._seen[job.job_id] = job
+        for jid, job in list(self._seen.items()):
+            if job.status is JobStatus.DONE:
+                bisect.insort(self._history.setdefault(profile_key(job.spec), []), job.progress)
+            if job.status in (JobStatus.DONE, JobStatus.REJECTED, JobStatus.UNFINISHED):
+                del self._seen[jid]
+                self._fits.pop(jid, None)
+
+    def history(self, job: JobState) -> list[float]:
+        """Totals of finished jobs of the job's type, sorted ascending."""
+        return self._history.get(profile_key(job.spec), [])
+
+    def fit(self, job: JobState) -> ConvergenceFit | None:
+        """The job's loss fit, redone only once progress grew by `refit_growth` since the last try."""
+        done = job.progress
+        if job.spec.work_known or done <= 0:
+            return None
+        cached = self._fits.get(job.job_id)
+        if cached is not None and done <= cached[0] * (1.0 + self.refit_growth):
+            return cached[1]
+        start = cached[1] if cached is not None else None
+        fit = fit_convergence(job.observed_loss(LOSS_SAMPLES), start=start)
+        self._fits[job.job_id] = (done, fit)
+        return fit
+
+    def estimate(self, job: JobState) -> Estimate:
+        return combine(job, self.fit(job), self.history(job))

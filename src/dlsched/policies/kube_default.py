@@ -1,0 +1,182 @@
+"""The default Kubernetes scheduler running tf-operator jobs: pod by pod, spreading, no gang.
+
+This is the comparison point of DRAGON (Lin, Yeh, Chou; CLOSER 2019). What it models:
+
+- tf-operator creates all of a job's pods when the job is submitted: its PSs, then its workers.
+- kube-scheduler pops pods from its active queue by (priority, creation time). All priorities
+  are equal here, so pods go in order of (job submit time, job index, PSs before workers).
+- Each pod is bound on its own to the node that fits it (resources and GPU-type node selector)
+  with the best LeastAllocated score: the mean over the scored resources of
+  (allocatable - requested - this pod) / allocatable; ties go to the lowest node index (the real
+  scheduler breaks ties at random). By default the scored resources are CPU and memory, as in
+  kube-scheduler's default NodeResourcesFit configuration; GPUs are only filtered on.
+- No gang: bound pods of a job whose other pods are still pending hold their resources and do no
+  work (`Plan.held`); the job runs only once every pod is bound. This can deadlock (partial jobs
+  holding everything), and then the engine ends the run with the rest unfinished: that is real.
+- Never preemptive: a bound pod is never moved or unbound, and a running job keeps its nodes.
+- A pod that fits nowhere stays pending and is retried at the next event (an arrival or a
+  completion frees or changes something). kube-scheduler's exponential back-off and its
+  unschedulable queue are not modelled beyond that, nor percentageOfNodesToScore sampling.
+- The queue never blocks on one pod: when a pod fails, later pods (of the same job or of later
+  jobs) are still tried in the same round.
+
+Cost per round: pods of one resource shape that did not fit cannot fit later in the same round
+(binding only takes resources away), so each failed shape is tried once per round; the round
+stops early once every shape still waiting has failed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from dlsched.core.allocation import Allocation
+from dlsched.core.cluster import RESOURCES, Cluster
+from dlsched.core.errors import ConfigError
+from dlsched.core.plan import Plan
+from dlsched.core.policy import Policy
+from dlsched.core.snapshot import JobState, Snapshot
+
+_EPS = 1e-9
+_PS, _WORKER = 0, 1
+
+
+class _Pods:
+    """One waiting job: how many of its PS and worker pods are unbound, and where the rest are."""
+
+    __slots__ = ("job", "left", "bound", "held")
+
+    def __init__(self, job: JobState):
+        self.job = job
+        self.left = [job.spec.num_ps, job.spec.num_workers]
+        self.bound: dict[int, list[int]] = {}  # node -> [workers, ps]
+        self.held: Allocation | None = None
+
+    def shape(self, kind: int) -> tuple:
+        s = self.job.spec
+        return (s.ps_demand if kind == _PS else s.worker_demand, s.gpu_type)
+
+
+class KubeDefault(Policy):
+    """See the module docstring."""
+
+    name = "kube-default"
+    on_events = True
+    interval = None
+    oracle = False
+
+    def __init__(self, scored: tuple[str, ...] = ("cpu", "mem")):
+        bad = [r for r in scored if r not in RESOURCES]
+        if bad or not scored:
+            raise ConfigError(f"scored resources must be a non-empty subset of {RESOURCES}, got {scored!r}")
+        self.scored = [RESOURCES.index(r) for r in scored]
+        self.reset(None, 0)
+
+    def reset(self, cluster: Cluster | None, seed: int) -> None:
+        self._waiting: dict[int, _Pods] = {}  # by job index, in pod-creation order
+        self._need: Counter = Counter()  # pod shape -> waiting jobs with unbound pods of it
+        self._held: dict[str, Allocation] = {}  # partial placements, by job id
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _track(self, job: JobState) -> None:
+        p = _Pods(job)
+        self._waiting[job.index] = p
+        for kind in (_PS, _WORKER):
+            if p.left[kind]:
+                self._need[p.shape(kind)] += 1
+
+    def _sync(self, snap: Snapshot) -> None:
+        """Start tracking newly submitted jobs. The engine appends arrivals to its pending list,
+        so they are found from the end; anything unexpected falls back to a full comparison."""
+        pending = snap.pending
+        new = len(pending) - len(self._waiting)
+        found: list[JobState] = []
+        if new > 0:
+            for job in reversed(pending):
+                if job.index not in self._waiting:
+                    found.append(job)
+                    if len(found) == new:
+                        break
+        if len(found) != max(new, 0) or new < 0:
+            alive = {j.index for j in pending}
+            for idx in [i for i in self._waiting if i not in alive]:
+                self._forget(idx)
+            found = [j for j in pending if j.index not in self._waiting]
+        for job in sorted(found, key=lambda j: (j.spec.submit_time, j.index)):
+            self._track(job)
+
+    def _forget(self, idx: int) -> None:
+        p = self._waiting.pop(idx)
+        self._held.pop(p.job.job_id, None)
+        for kind in (_PS, _WORKER):
+            if p.left[kind]:
+                self._drop_need(p.shape(kind))
+
+    def _drop_need(self, shape: tuple) -> None:
+        self._need[shape] -= 1
+        if self._need[shape] <= 0:
+            del self._need[shape]
+
+    # ------------------------------------------------------------------ scheduling
+    def _best_node(self, cluster: Cluster, room: np.ndarray, demand: np.ndarray, gpu_type: str | None) -> int:
+        ok = (room + _EPS >= demand).all(axis=1)
+        if gpu_type:
+            ok &= cluster.type_mask(gpu_type)
+        if not ok.any():
+            return -1
+        cap = cluster.capacity[:, self.scored]
+        after = room[:, self.scored] - demand[self.scored]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            frac = np.where(cap > 0, after / np.where(cap > 0, cap, 1.0), 0.0)
+        score = np.where(ok, frac.mean(axis=1), -np.inf)
+        return int(np.argmax(score))
+
+    def schedule(self, snap: Snapshot) -> Plan:
+        self._sync(snap)
+        plan = Plan(allocations={j.job_id: j.allocation for j in snap.running})
+        room: np.ndarray | None = None
+        failed: set[tuple] = set()
+        started: list[int] = []
+        for idx, p in self._waiting.items():
+            if len(failed) >= len(self._need):
+                break  # every shape still waiting failed this round: nothing more can bind
+            changed = False
+            for kind in (_PS, _WORKER):
+                if not p.left[kind]:
+                    continue
+                shape = p.shape(kind)
+                if shape in failed:
+                    continue
+                if room is None:
+                    room = np.array(snap.free, dtype=float)
+                demand = np.asarray(shape[0], dtype=float)
+                while p.left[kind]:
+                    node = self._best_node(snap.cluster, room, demand, shape[1])
+                    if node < 0:
+                        failed.add(shape)
+                        break
+                    room[node] -= demand
+                    p.bound.setdefault(node, [0, 0])[1 - kind] += 1
+                    p.left[kind] -= 1
+                    changed = True
+                if not p.left[kind]:
+                    self._drop_need(shape)
+            if not changed:
+                continue
+            p.held = Allocation.of({n: (w, ps) for n, (w, ps) in p.bound.items()})
+            if p.left[_PS] == 0 and p.left[_WORKER] == 0:
+                plan.allocations[p.job.job_id] = p.held
+                self._held.pop(p.job.job_id, None)
+                started.append(idx)
+            else:
+                self._held[p.job.job_id] = p.held
+        for idx in started:
+            del self._waiting[idx]
+        plan.held = dict(self._held)
+        return plan
+
+
+def kube_default(scored: tuple[str, ...] = ("cpu", "mem")) -> KubeDefault:
+    """The default Kubernetes scheduler; `scored` are the resources its LeastAllocated score uses."""
+    return KubeDefault(scored=tuple(scored))

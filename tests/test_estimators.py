@@ -1,0 +1,170 @@
+"""Optimus' estimators: the speed model recovers known coefficients, the convergence fit predicts
+the total work of known curves, and the remaining-work estimate says where its number came from."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from dlsched.core import JobSpec
+from dlsched.core.snapshot import Clock, JobState, JobStatus
+from dlsched.estimators.convergence_fit import fit_convergence
+from dlsched.estimators.progress_predictor import RemainingWork, estimate_remaining
+from dlsched.estimators.speed_model import SpeedModel, SpeedPool, form_for
+from dlsched.sim.convergence import loss_curve
+
+THETA = np.array([0.05, 0.05, 0.1, 0.02, 0.02])
+BATCH = 32
+
+
+def sync_rate(p: int, w: int, th: np.ndarray = THETA) -> float:
+    return 1.0 / (th[0] * BATCH / w + th[1] + th[2] * w / p + th[3] * w + th[4] * p)
+
+
+GRID = [(p, w) for p in (1, 2, 4, 8) for w in (1, 2, 4, 8, 12)]
+
+
+def test_sync_fit_recovers_theta_and_predicts_unseen_size():
+    m = SpeedModel.fit("sync", {s: sync_rate(*s) for s in GRID}, batch=BATCH)
+    assert m.fitted and m.source == "fit"
+    np.testing.assert_allclose(m.theta, THETA, rtol=1e-6)
+    assert (3, 6) not in m.points
+    assert m.predict(3, 6) == pytest.approx(sync_rate(3, 6), rel=1e-6)
+
+
+def test_sync_fit_with_measurement_noise_still_predicts_within_5_percent():
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        pts = {s: sync_rate(*s) * (1 + rng.normal(0, 0.02)) for s in GRID}
+        m = SpeedModel.fit("sync", pts, batch=BATCH)
+        assert m.predict(3, 6) == pytest.approx(sync_rate(3, 6), rel=0.05)
+        assert m.theta[0] == pytest.approx(THETA[0], rel=0.1)  # the compute term dominates
+
+
+def test_five_points_fit_but_four_fall_back_to_the_prior():
+    pts = [(1, 1), (1, 2), (2, 2), (2, 4), (4, 4)]
+    full = SpeedModel.fit("sync", {s: sync_rate(*s) for s in pts}, batch=BATCH)
+    assert full.fitted
+    assert full.predict(3, 6) == pytest.approx(sync_rate(3, 6), rel=1e-6)
+    few = SpeedModel.fit("sync", {s: sync_rate(*s) for s in pts[:4]}, batch=BATCH)
+    assert not few.fitted and few.source == "prior"
+    # measured sizes are predicted by their measurement; others optimistically, by the best
+    # extrapolation from any measured point
+    assert few.predict(2, 4) == sync_rate(2, 4)
+    from_each = [
+        sync_rate(pa, wa) * (6 / wa) ** few.alpha * (min(1, 3 / 6) / min(1, pa / wa)) ** few.beta
+        for pa, wa in pts[:4]
+    ]
+    assert few.predict(3, 6) == pytest.approx(max(from_each))
+    assert max(from_each) > min(from_each)  # the choice of anchor matters here
+
+
+def test_prior_from_one_point_scales_sublinearly_and_values_ps():
+    m = SpeedModel.fit("sync", {(1, 1): 2.0})
+    assert m.predict(1, 1) == 2.0
+    assert 2.0 < m.predict(2, 2) < 4.0  # diminishing returns, but growth still helps
+    assert m.predict(2, 2) > m.predict(1, 2)  # a PS per worker beats a shared one
+    assert m.predict(3, 2) == pytest.approx(m.predict(2, 2))  # more PSs than workers: no gain
+    slower = SpeedModel.fit("sync", {(1, 1): 2.0, (1, 3): 1.5})  # measured: more workers hurt
+    assert slower.predict(2, 2) > 2.0  # still worth trying a size not measured yet
+    assert SpeedModel.fit("sync", {}).predict(1, 1) is None  # nothing known at all
+
+
+def test_async_and_allreduce_forms_recover_their_coefficients():
+    th = np.array([0.8, 0.3, 0.05, 0.02])
+
+    def async_rate(p: int, w: int) -> float:
+        return w / (th[0] + th[1] * w / p + th[2] * w + th[3] * p)
+
+    m = SpeedModel.fit("async", {s: async_rate(*s) for s in GRID})
+    np.testing.assert_allclose(m.theta, th, rtol=1e-6)
+    assert m.predict(3, 6) == pytest.approx(async_rate(3, 6), rel=1e-6)
+
+    ar = np.array([2.0, 0.1, 0.03])
+    pts = {(0, w): 1.0 / (ar[0] / w + ar[1] + ar[2] * w) for w in (1, 2, 4)}
+    m = SpeedModel.fit("allreduce", pts)
+    np.testing.assert_allclose(m.theta, ar, rtol=1e-6)
+    assert m.predict(0, 8) == pytest.approx(1.0 / (ar[0] / 8 + ar[1] + ar[2] * 8), rel=1e-6)
+
+
+def _state(spec: JobSpec, progress: float = 0.0, rates: dict | None = None, seed: int = 0) -> JobState:
+    js = JobState(spec=spec, index=0, clock=Clock(0.0), status=JobStatus.PENDING)
+    js._progress = progress
+    js.observed_rates = dict(rates or {})
+    js.loss_fn = loss_curve(spec.job_id, spec.iterations, seed, 0.01)
+    return js
+
+
+def _ps_job(jid: str, model: str = "toy", iterations: float = 1e4, **kw) -> JobSpec:
+    return JobSpec(jid, 0.0, iterations, arch="ps", model=model, max_workers=12, batch_size=BATCH, **kw)
+
+
+def test_speed_pool_shares_points_within_a_type_only():
+    pool = SpeedPool()
+    a = _state(_ps_job("a"), rates={(1, w, p): sync_rate(p, w) for p, w in GRID[:3]})
+    b = _state(_ps_job("b"), rates={(2, w, p): sync_rate(p, w) for p, w in GRID[3:]})
+    other = _state(_ps_job("c", model="other"), rates={(1, 1, 1): 99.0})
+    for js in (a, b, other):
+        pool.observe(js)
+    m = pool.model(a.spec)
+    assert m.fitted and len(m.points) == len(GRID)  # a and b pooled; c not
+    assert m.predict(3, 6) == pytest.approx(sync_rate(3, 6), rel=1e-6)
+    assert pool.model(other.spec).points == {(1, 1): 99.0}
+    assert form_for(a.spec) == "sync" and form_for(_ps_job("d", extra={"sync": False})) == "async"
+
+
+@pytest.mark.parametrize("frac", [0.3, 0.5, 0.8])
+def test_convergence_fit_predicts_total_within_10_percent(frac):
+    rng = np.random.default_rng(1)
+    for j in range(12):
+        total = float(10 ** rng.uniform(3, 6))
+        loss = loss_curve(f"job{j}", total, seed=0, noise=0.01)
+        done = frac * total
+        samples = [(k, loss(k)) for k in np.linspace(done / 50, done, 50)]
+        fit = fit_convergence(samples)
+        assert fit is not None
+        assert fit.total == pytest.approx(total, rel=0.10)
+        assert fit.low <= total <= fit.high
+        assert fit.low <= fit.total <= fit.high
+
+
+def test_convergence_fit_refuses_flat_or_tiny_samples():
+    assert fit_convergence([(k, 1.0) for k in range(1, 30)]) is None  # never converges
+    assert fit_convergence([(1.0, 2.0), (2.0, 1.5)]) is None
+
+
+def test_estimate_sources_in_order():
+    known = _state(JobSpec("k", 0.0, 1000.0, work_known=True), progress=400.0)
+    assert estimate_remaining(known).remaining == 600.0
+    assert estimate_remaining(known).source == "known"
+
+    fresh = _state(JobSpec("n", 0.0, 1000.0))
+    est = estimate_remaining(fresh)
+    assert est.source == "unknown" and math.isinf(est.remaining)
+
+    total = 5e4
+    running = _state(JobSpec("r", 0.0, total), progress=0.4 * total)
+    est = estimate_remaining(running)
+    assert est.source == "fit"
+    assert est.remaining == pytest.approx(0.6 * total, rel=0.15)
+    assert est.low <= 0.6 * total <= est.high
+
+    flat = _state(JobSpec("f", 0.0, 1000.0), progress=300.0)
+    flat.loss_fn = lambda k: 1.0
+    est = estimate_remaining(flat)
+    assert est.source == "halfway" and est.remaining == 300.0
+    assert estimate_remaining(flat, history=[900.0, 1100.0, 100.0]).source == "history"
+    assert estimate_remaining(flat, history=[900.0, 1100.0, 100.0]).remaining == pytest.approx(700.0)
+
+
+def test_remaining_work_learns_totals_from_finished_jobs():
+    work = RemainingWork()
+    done = _state(JobSpec("d", 0.0, 800.0), progress=0.0)
+    work.observe([done])
+    done.status, done._progress = JobStatus.DONE, 800.0
+    newcomer = _state(JobSpec("n", 0.0, 1234.0))
+    work.observe([newcomer])
+    est = work.estimate(newcomer)
+    assert est.source == "history" and est.remaining == 800.0
