@@ -8,16 +8,25 @@ from dataclasses import dataclass
 from dlsched.core.errors import ConfigError
 from dlsched.core.job import Architecture, JobSpec
 from dlsched.core.snapshot import JobState, JobStatus, Snapshot
+from dlsched.sim.feasibility import largest_gang
 
 _EPS = 1e-9
 
 
 @dataclass(frozen=True)
 class Requested:
-    """Exactly what the job asked for (non-elastic schedulers)."""
+    """What the job asked for (non-elastic schedulers), but never more than the empty cluster
+    could ever hold: a job that declares a smaller minimum then runs at the largest size that
+    exists instead of waiting forever (and blocking a FIFO queue behind it)."""
 
     def size(self, snap: Snapshot, jobs: list[JobState]) -> list[tuple[JobState, int, int]]:
-        return [(j, j.spec.num_workers, j.spec.num_ps) for j in jobs]
+        out = []
+        for j in jobs:
+            w = j.spec.num_workers
+            if j.spec.min_workers < w:
+                w = largest_gang(j.spec, snap.cluster)
+            out.append((j, w, j.spec.num_ps))
+        return out
 
 
 def ps_for(spec: JobSpec, workers: int) -> int:
