@@ -98,17 +98,22 @@ class PhasedPolicy(Policy):
 
     def schedule(self, snap: Snapshot) -> Plan:
         plan = Plan()
-        candidates = snap.running + snap.pending
+        if self.preemptive:
+            candidates = snap.running + snap.pending
+            free = snap.cluster.capacity.copy()
+        else:  # running jobs keep their nodes: only waiting jobs go through the phases
+            candidates = snap.pending
+            free = snap.free.copy()
+            plan.allocations = {job.spec.job_id: job.allocation for job in snap.running}
         admitted, rejected = self.admission.admit(snap, candidates)
         plan.rejected.update(rejected)
         ordered = self.ordering.order(snap, admitted)
-        sized = self.sizing.size(snap, ordered)
-        if self.preemptive:
-            free = snap.cluster.capacity.copy()
+        # a sizing that decides job by job is asked lazily, so strict FIFO stops at its head
+        size_one = getattr(self.sizing, "size_one", None)
+        if size_one is not None:
+            sized = ((j, *size_one(snap, j)) for j in ordered)
         else:
-            free = snap.free.copy()
-            for job in snap.running:
-                plan.assign(job.job_id, job.allocation)
+            sized = self.sizing.size(snap, ordered)
         for job, workers, ps in sized:
             running = job.status is JobStatus.RUNNING
             if running and not self.preemptive:

@@ -52,6 +52,7 @@ class JobState:
     spec: JobSpec
     index: int
     clock: Clock
+    rank: int = 0  # position in arrival order (submit time, then index): a cheap FIFO sort key
     status: JobStatus = JobStatus.FUTURE
     allocation: Allocation | None = None
     held: Allocation | None = None  # resources a partially placed (non-gang) job sits on

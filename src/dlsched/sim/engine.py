@@ -89,6 +89,8 @@ class Simulator:
         self.states = [JobState(spec=s, index=i, clock=self.clock) for i, s in enumerate(jobs)]
         self.by_id = {s.job_id: s for s in self.states}
         self.order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_time, i))
+        for rank, i in enumerate(self.order):
+            self.states[i].rank = rank
         self.rng = np.random.default_rng(cfg.seed)
         self.used = np.zeros_like(self.cluster.capacity)
         self.running: dict[str, JobState] = {}
@@ -257,7 +259,11 @@ class Simulator:
     def _apply(self, plan: Plan, t: float, policy: str) -> bool:
         """Validate the whole plan, then apply it. Returns whether any job started or resized."""
         starts: list[tuple[JobState, Allocation]] = []
+        running = self.running
         for jid, alloc in plan.allocations.items():
+            js = running.get(jid)
+            if js is not None and js.allocation is alloc:  # unchanged: the common case
+                continue
             js = self.by_id.get(jid)
             if js is None:
                 raise PlanError(f"policy {policy!r} at t={t:.1f}: unknown job {jid!r}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 import math
 from dataclasses import dataclass, field
 
@@ -15,7 +17,10 @@ class ByArrival:
     """First come, first served (ties by job index, so the order is deterministic)."""
 
     def order(self, snap: Snapshot, jobs: list[JobState]) -> list[JobState]:
-        return sorted(jobs, key=lambda j: (j.spec.submit_time, j.index))
+        return sorted(jobs, key=_RANK)
+
+
+_RANK = attrgetter("rank")  # (submit time, index) order, precomputed by the engine
 
 
 def remaining_time(snap: Snapshot, job: JobState, rate: float) -> float:

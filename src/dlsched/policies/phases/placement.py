@@ -246,7 +246,7 @@ from dlsched.core.cluster import GPU as _GPU  # noqa: E402  (kept beside the fun
 from dlsched.core.policy import take as _take  # noqa: E402
 
 
-def place_by_priority(snap, sized, placement) -> tuple[dict[str, Allocation], list]:
+def place_by_priority(snap, sized, placement, shrink: bool = False) -> tuple[dict[str, Allocation], list]:
     """Realise a strict priority order without needless preemption or migration.
 
     `sized` is [(job, workers, ps)] for every job that may run, highest priority first (running
@@ -260,7 +260,9 @@ def place_by_priority(snap, sized, placement) -> tuple[dict[str, Allocation], li
     - a pending (or resized) job is placed in what is actually free; only if it does not fit are
       lower-priority running jobs considered as victims, lowest priority first, and only if
       freeing them lets it be placed are they preempted (the fewest such, from the bottom);
-    - otherwise nothing is preempted and the walk goes on to the next job (skip-ahead).
+    - otherwise nothing is preempted and the walk goes on to the next job (skip-ahead); with
+      `shrink`, a job that cannot be placed at its size first tries fewer workers, down to its
+      minimum, in what is free (no preemption for a smaller size).
     GPU counts are compared as scalars before any placement is attempted. Victims always form a
     suffix of the running jobs in priority order, so the walk is linear apart from placements.
     """
@@ -329,6 +331,17 @@ def place_by_priority(snap, sized, placement) -> tuple[dict[str, Allocation], li
                 _take(free, alloc, spec)
                 free_g += got - need
                 below -= got
+        if alloc is None and shrink:
+            for w2 in range(w - 1, spec.min_workers - 1, -1):
+                p2 = min(p, max(spec.min_ps, w2))
+                need2 = w2 * spec.worker_demand[_GPU] + p2 * spec.ps_demand[_GPU]
+                if need2 > free_g + 1e-9:
+                    continue
+                alloc = placement.place(cluster, free, spec, w2, p2)
+                if alloc is not None:
+                    _take(free, alloc, spec)
+                    free_g -= need2
+                    break
         if alloc is not None:
             plan[job.job_id] = alloc
     return plan, [j for j in snap.running if j.job_id not in plan]

@@ -19,14 +19,14 @@ class Requested:
     could ever hold: a job that declares a smaller minimum then runs at the largest size that
     exists instead of waiting forever (and blocking a FIFO queue behind it)."""
 
+    def size_one(self, snap: Snapshot, job: JobState) -> tuple[int, int]:
+        w = job.spec.num_workers
+        if job.spec.min_workers < w:
+            w = largest_gang(job.spec, snap.cluster)
+        return w, job.spec.num_ps
+
     def size(self, snap: Snapshot, jobs: list[JobState]) -> list[tuple[JobState, int, int]]:
-        out = []
-        for j in jobs:
-            w = j.spec.num_workers
-            if j.spec.min_workers < w:
-                w = largest_gang(j.spec, snap.cluster)
-            out.append((j, w, j.spec.num_ps))
-        return out
+        return [(j, *self.size_one(snap, j)) for j in jobs]
 
 
 def ps_for(spec: JobSpec, workers: int) -> int:
