@@ -7,8 +7,8 @@
             `philly` preset (640 GPUs).
 2. scaling: Tiresias and FIFO at the first 10k/20k/40k/80k Philly jobs; ratios of successive
             sizes, measured in the same run (cost should grow about linearly: <= 2.2x for 2x).
-3. round:   latency of single scheduling rounds on a 10,000-GPU cluster while >= 900 jobs run
-            and >= 900 wait, measured inside a real simulation (each round sees a changed state),
+3. round:   latency of single scheduling rounds on a 10,000-GPU cluster while >= 1,800 jobs run
+            or wait (about 1,000 of each for FIFO), measured inside a real simulation (each round sees a changed state),
             p50/p99 per policy.
 
 Absolute times on a shared 2-core machine are noisy; compare ratios measured in one run.
@@ -109,13 +109,15 @@ def round_workload(seed: int = 0) -> list[JobSpec]:
 def bench_round(policies: list[str]) -> None:
     cluster = Cluster.homogeneous("bench-10k", nodes=1250, gpus=8, cpus=64, mem=512, nodes_per_rack=50)
     jobs = round_workload()
-    print(f"\n## One scheduling round at {cluster.total_gpus} GPUs with >= 900 running and >= 900 pending jobs")
+    print(f"\n## One scheduling round at {cluster.total_gpus} GPUs with >= 1,800 jobs running or waiting")
     print("| policy | rounds | mean running | mean pending | p50 ms | p99 ms | max ms |")
     print("|---|---|---|---|---|---|---|")
     for name in policies:
         timer = RoundTimer(make_policy(name))
         simulate(jobs, cluster, timer, DurationOnly(), SimConfig(max_time=3000.0))
-        s = np.array([x for x in timer.samples if x[1] >= 900 and x[2] >= 900])
+        # rounds with ~2,000 jobs in the system (preemptive policies run more, smaller jobs, so the
+        # running/pending split differs per policy: the table shows the mix each one saw)
+        s = np.array([x for x in timer.samples if x[1] + x[2] >= 1800])
         if len(s) == 0:
             print(f"| {name} | 0 | - | - | - | - | - |")
             continue

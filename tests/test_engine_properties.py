@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dlsched.core import Cluster, JobSpec, Plan, Policy
+from dlsched.core import Cluster, JobSpec, Policy
 from dlsched.core.policy import PhasedPolicy
 from dlsched.policies.fifo import fifo
 from dlsched.policies.phases.admission import AdmitAll

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dlsched.core.errors import ConfigError
 from dlsched.sim.config import SimConfig
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class ThroughputConfig(BaseModel):
@@ -45,19 +47,28 @@ def describe_validation_error(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
+def read_yaml_model(path: Path, model: type[M], what: str) -> M:
+    """Read a YAML mapping into a pydantic model; every problem is a ConfigError naming the key."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings at the top level")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc, str(path))) from None
+
+
 def load_run_config(path: str | Path | None) -> RunConfig:
     if path is None:
         return RunConfig()
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file {p} does not exist")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{p}: expected a mapping of settings at the top level")
-    try:
-        return RunConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(describe_validation_error(exc, str(p))) from None
+    return read_yaml_model(p, RunConfig, "config file")

@@ -24,7 +24,6 @@ from dlsched.core.errors import ConfigError
 from dlsched.core.plan import Plan
 from dlsched.core.policy import Placement, Policy
 from dlsched.core.snapshot import Snapshot
-from dlsched.policies.phases.ordering import ByArrival
 from dlsched.policies.phases.placement import PLACEMENTS, place_by_priority
 from dlsched.policies.phases.sizing import DominantShareFilling
 
@@ -38,12 +37,11 @@ class DRF(Policy):
     oracle = False
 
     def __init__(self, sizing: DominantShareFilling, placement: Placement):
-        self.ordering = ByArrival()  # the filling's tie-break: earlier arrivals first
-        self.sizing = sizing
+        self.sizing = sizing  # breaks ties by arrival itself: no ordering phase needed
         self.placement = placement
 
     def schedule(self, snap: Snapshot) -> Plan:
-        sized = self.sizing.size(snap, self.ordering.order(snap, snap.running + snap.pending))
+        sized = self.sizing.size(snap, snap.running + snap.pending)
         allocations, _ = place_by_priority(snap, sized, self.placement, shrink=True)
         return Plan(allocations=allocations)
 

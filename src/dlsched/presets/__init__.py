@@ -12,30 +12,17 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-import yaml
-from pydantic import ValidationError
 
 from dlsched.core.cluster import Cluster, Network
 from dlsched.core.errors import ConfigError
 from dlsched.presets.schema import PresetSpec
-from dlsched.run_config import describe_validation_error
+from dlsched.run_config import read_yaml_model
 
 PRESET_DIR = Path(__file__).resolve().parent
 
 
 def _read(path: Path) -> PresetSpec:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read cluster file {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping with name, node_groups, ... at the top level")
-    try:
-        return PresetSpec.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(describe_validation_error(exc, str(path))) from None
+    return read_yaml_model(path, PresetSpec, "cluster file")
 
 
 def build_cluster(spec: PresetSpec) -> Cluster:

@@ -269,34 +269,33 @@ def place_by_priority(snap, sized, placement, shrink: bool = False) -> tuple[dic
     cluster = snap.cluster
     plan: dict[str, Allocation] = {}
     free = np.array(snap.free, dtype=float)
-    runs: list[tuple[int, object]] = []  # (position, job) of running jobs kept in place
+    runs: list[tuple[int, object, float]] = []  # (position, job, GPUs) of running jobs kept in place
     for pos, (job, w, p) in enumerate(sized):
-        if job.allocation is not None and job.num_workers == w and job.num_ps == p:
-            runs.append((pos, job))
-            plan[job.job_id] = job.allocation
+        a = job.allocation
+        if a is not None and a.num_workers == w and a.num_ps == p:
+            ps_gpu = job.spec.ps_demand[_GPU]
+            runs.append((pos, job, job.alloc_gpus + (a.num_ps * ps_gpu if ps_gpu else 0.0)))
+            plan[job.spec.job_id] = a
     for job in snap.running:  # stopped or resized: release what they hold
-        if job.job_id not in plan:
+        if job.spec.job_id not in plan:
             use = job.allocation.usage(np.asarray(job.spec.worker_demand), np.asarray(job.spec.ps_demand))
             np.add.at(free, list(job.allocation.nodes), use)
     free_g = float(free[:, _GPU].sum())
-
-    def gpus(job) -> float:
-        a = job.allocation
-        return a.num_workers * job.spec.worker_demand[_GPU] + a.num_ps * job.spec.ps_demand[_GPU]
 
     def add_use(arr: np.ndarray, job) -> None:
         a = job.allocation
         np.add.at(arr, list(a.nodes), a.usage(np.asarray(job.spec.worker_demand), np.asarray(job.spec.ps_demand)))
 
     victims: set[str] = set()
-    below = sum(gpus(j) for _, j in runs)
+    below = sum(g for _, _, g in runs)
     alive = len(runs)  # runs[:alive] still run; runs[alive:] were preempted (not restarted this round)
     nxt = 0  # next entry of `runs` the walk has not passed yet
     for pos, (job, w, p) in enumerate(sized):
         while nxt < alive and runs[nxt][0] <= pos:
-            below -= gpus(runs[nxt][1])
+            below -= runs[nxt][2]
             nxt += 1
-        if job.job_id in plan or job.job_id in victims:
+        jid = job.spec.job_id
+        if jid in plan or jid in victims:
             continue
         spec = job.spec
         need = w * spec.worker_demand[_GPU] + p * spec.ps_demand[_GPU]
@@ -311,21 +310,21 @@ def place_by_priority(snap, sized, placement, shrink: bool = False) -> tuple[dic
             while k > nxt:
                 k -= 1
                 add_use(trial, runs[k][1])
-                got += gpus(runs[k][1])
+                got += runs[k][2]
                 if need <= free_g + got + 1e-9:
                     alloc = placement.place(cluster, trial, spec, w, p)
                     if alloc is not None:
                         break
                     if not checked:  # would freeing every candidate help at all? (one try, not n)
                         checked, every = True, trial.copy()
-                        for _, other in runs[nxt:k]:
+                        for _, other, _ in runs[nxt:k]:
                             add_use(every, other)
                         if placement.place(cluster, every, spec, w, p) is None:
                             break
             if alloc is not None:
-                for _, victim in runs[k:alive]:
-                    del plan[victim.job_id]
-                    victims.add(victim.job_id)
+                for _, victim, _ in runs[k:alive]:
+                    del plan[victim.spec.job_id]
+                    victims.add(victim.spec.job_id)
                 alive = k
                 free = trial
                 _take(free, alloc, spec)
@@ -343,5 +342,5 @@ def place_by_priority(snap, sized, placement, shrink: bool = False) -> tuple[dic
                     free_g -= need2
                     break
         if alloc is not None:
-            plan[job.job_id] = alloc
-    return plan, [j for j in snap.running if j.job_id not in plan]
+            plan[jid] = alloc
+    return plan, [j for j in snap.running if j.spec.job_id not in plan]

@@ -53,23 +53,10 @@ class MaxSize:
 
 
 _SHARE_KEYS = {
-    "job": lambda j: j.index,
-    "queue": lambda j: ("queue", j.spec.queue),
-    "user": lambda j: ("user", j.spec.user),
+    "job": None,
+    "queue": lambda spec: spec.queue,
+    "user": lambda spec: spec.user,
 }
-
-
-class _Entity:
-    """A fairness entity during one filling: its jobs in arrival order and what it holds."""
-
-    __slots__ = ("jobs", "pos", "use", "seq", "unit")
-
-    def __init__(self, seq: int):
-        self.jobs: list[int] = []
-        self.pos = 0
-        self.use = [0.0, 0.0, 0.0]
-        self.seq = seq
-        self.unit: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -78,7 +65,7 @@ class DominantShareFilling:
 
     Repeatedly the entity (a job, a queue or a user: `share_by`) whose dominant share would be the
     smallest after its next unit gets that unit; ties go to the entity whose first job arrived
-    first. A unit is:
+    first (submit time, then job index), whatever order the jobs are given in. A unit is:
     - for a rigid job (min == max workers): the whole job, the only size it can run at;
     - for an elastic job: first its minimum gang, then one bundle at a time (one worker, plus one PS
       for a PS job while it has fewer PSs than its maximum), up to its maximum.
@@ -90,10 +77,13 @@ class DominantShareFilling:
     DL2 stops the whole filling at the first failure instead (`stop_at_first_failure=True`), which
     with rigid jobs of mixed sizes lets one big job idle the rest of the cluster.
 
-    Shares are computed on the cluster's total resources, not node by node; the placement phase
-    then realises them (a job that does not fit on actual nodes shrinks or waits). The result
-    lists running jobs that keep their size first, so a preemptive `PhasedPolicy` keeps them on
-    their nodes before placing anything new (no needless migration).
+    Shares are computed on the cluster's total resources, not node by node; the placement then
+    realises them (a job that does not fit on actual nodes shrinks or waits). The result lists
+    running jobs that keep their size first, then the others in the order they were first served,
+    so the realisation keeps unchanged jobs on their nodes before placing anything new.
+
+    Cost: O(units x log entities); an entity that stays the smallest keeps receiving units
+    without going through the heap (the same result as popping it again).
     """
 
     share_by: str = "job"
@@ -105,73 +95,90 @@ class DominantShareFilling:
 
     def size(self, snap: Snapshot, jobs: list[JobState]) -> list[tuple[JobState, int, int]]:
         cap = snap.cluster.total
-        inv = [1.0 / float(c) if c > 0 else 0.0 for c in cap]
-        left = [float(c) for c in cap]
-        workers = [0] * len(jobs)
-        ps = [0] * len(jobs)
-        done = [False] * len(jobs)
+        i0, i1, i2 = (1.0 / float(c) if c > 0 else 0.0 for c in cap)
+        l0, l1, l2 = (float(c) + _EPS for c in cap)  # what is left, with the float tolerance folded in
+        n = len(jobs)
+        specs = [j.spec for j in jobs]
+        workers, ps = [0] * n, [0] * n
+        done = [False] * n
         granted: list[int] = []
+        # entity -> its jobs in arrival order; the heap key carries the arrival tie-break
         keyf = _SHARE_KEYS[self.share_by]
-        ents: dict[object, _Entity] = {}
-        for i, j in enumerate(jobs):
-            k = keyf(j)
-            e = ents.get(k)
-            if e is None:
-                e = ents[k] = _Entity(len(ents))
-            e.jobs.append(i)
-        dem = [(j.spec.worker_demand, j.spec.ps_demand) for j in jobs]
+        if keyf is None:
+            members = [[i] for i in range(n)]
+        else:
+            groups: dict[object, list[int]] = {}
+            for i in sorted(range(n), key=lambda i: (specs[i].submit_time, jobs[i].index)):
+                groups.setdefault(keyf(specs[i]), []).append(i)
+            members = list(groups.values())
+        pos = [0] * len(members)
+        use = [[0.0, 0.0, 0.0] for _ in members]
 
-        def next_unit(e: _Entity) -> tuple[int, int] | None:
-            while e.pos < len(e.jobs):
-                i = e.jobs[e.pos]
-                s = jobs[i].spec
+        def next_unit(k: int) -> tuple[int, int, int] | None:
+            """(job, workers, ps) of entity k's next unit, or None when it wants nothing more."""
+            mine = members[k]
+            while pos[k] < len(mine):
+                i = mine[pos[k]]
+                s = specs[i]
                 if not done[i]:
-                    if workers[i] == 0:
+                    w = workers[i]
+                    if w == 0:
                         if s.min_workers == s.max_workers:
-                            return s.num_workers, s.num_ps
-                        return s.min_workers, ps_for(s, s.min_workers)
-                    if workers[i] < s.max_workers:
-                        return 1, ps_for(s, workers[i] + 1) - ps[i]
+                            return i, s.num_workers, s.num_ps
+                        return i, s.min_workers, ps_for(s, s.min_workers)
+                    if w < s.max_workers:
+                        return i, 1, ps_for(s, w + 1) - ps[i]
                     done[i] = True
-                e.pos += 1
+                pos[k] += 1
             return None
 
-        def entry(e: _Entity) -> tuple[float, int, _Entity] | None:
-            e.unit = next_unit(e)
-            if e.unit is None:
-                return None
-            wd, pd = dem[e.jobs[e.pos]]
-            uw, up = e.unit
-            share = max((e.use[r] + uw * wd[r] + up * pd[r]) * inv[r] for r in range(3))
-            return share, e.seq, e
+        def share_after(k: int, unit: tuple[int, int, int]) -> float:
+            i, uw, up = unit
+            wd, pd = specs[i].worker_demand, specs[i].ps_demand
+            u = use[k]
+            return max((u[0] + uw * wd[0] + up * pd[0]) * i0, (u[1] + uw * wd[1] + up * pd[1]) * i1,
+                       (u[2] + uw * wd[2] + up * pd[2]) * i2)
 
-        heap = [x for x in map(entry, ents.values()) if x is not None]
+        heap: list[tuple[float, float, int, int, tuple[int, int, int]]] = []
+        for k in range(len(members)):
+            unit = next_unit(k)
+            if unit is not None:
+                first = specs[members[k][0]]
+                heap.append((share_after(k, unit), first.submit_time, jobs[members[k][0]].index, k, unit))
         heapq.heapify(heap)
         while heap:
-            _, _, e = heapq.heappop(heap)
-            i = e.jobs[e.pos]
-            uw, up = e.unit
-            wd, pd = dem[i]
-            need = [uw * wd[r] + up * pd[r] for r in range(3)]
-            if all(left[r] + _EPS >= need[r] for r in range(3)):
-                for r in range(3):
-                    left[r] -= need[r]
-                    e.use[r] += need[r]
-                if workers[i] == 0:
-                    granted.append(i)
-                workers[i] += uw
-                ps[i] += up
-            else:
-                done[i] = True
-                if self.stop_at_first_failure:
+            _, t, idx, k, unit = heapq.heappop(heap)
+            while True:
+                i, uw, up = unit
+                wd, pd = specs[i].worker_demand, specs[i].ps_demand
+                n0, n1, n2 = uw * wd[0] + up * pd[0], uw * wd[1] + up * pd[1], uw * wd[2] + up * pd[2]
+                if n0 <= l0 and n1 <= l1 and n2 <= l2:
+                    l0, l1, l2 = l0 - n0, l1 - n1, l2 - n2
+                    u = use[k]
+                    u[0] += n0
+                    u[1] += n1
+                    u[2] += n2
+                    if workers[i] == 0:
+                        granted.append(i)
+                    workers[i] += uw
+                    ps[i] += up
+                else:
+                    done[i] = True
+                    if self.stop_at_first_failure:
+                        heap.clear()
+                        break
+                unit = next_unit(k)
+                if unit is None:
                     break
-            nxt = entry(e)
-            if nxt is not None:
-                heapq.heappush(heap, nxt)
+                entry = (share_after(k, unit), t, idx, k, unit)
+                if heap and heap[0][:3] < entry[:3]:
+                    heapq.heappush(heap, entry)
+                    break
 
         keep, change = [], []
         for i in granted:
             j = jobs[i]
-            same = j.status is JobStatus.RUNNING and j.num_workers == workers[i] and j.num_ps == ps[i]
+            a = j.allocation
+            same = a is not None and j.status is JobStatus.RUNNING and a.num_workers == workers[i] and a.num_ps == ps[i]
             (keep if same else change).append((j, workers[i], ps[i]))
         return keep + change
