@@ -10,6 +10,7 @@ from dlsched.core.snapshot import Snapshot
 from dlsched.policies.drf import drf
 from dlsched.policies.fifo import fifo
 from dlsched.policies.kube_default import kube_default
+from dlsched.policies.phases.ordering import ShortestRemainingTime
 from dlsched.policies.phases.placement import Pack, place_by_priority
 from dlsched.policies.registry import make_policy
 from dlsched.policies.srtf import srtf
@@ -100,6 +101,26 @@ def test_srtf_preempts_only_what_the_newcomer_needs_and_lowest_priority_first():
     assert r.loc["mid", "preemptions"] == 0
     assert r.loc["longest", "preemptions"] == 1
     assert r.loc["new", "start"] == pytest.approx(10)
+
+
+def test_srtf_fast_order_equals_sorting_by_the_documented_key():
+    order = ShortestRemainingTime()
+
+    class Check(Policy):
+        name, oracle = "srtf", True
+
+        def __init__(self):
+            self.inner, self.rounds = srtf(), 0
+
+        def schedule(self, snap):
+            jobs = snap.running + snap.pending
+            assert order.order(snap, jobs) == sorted(jobs, key=lambda j: order.key(snap, j))
+            self.rounds += 1
+            return self.inner.schedule(snap)
+
+    check = Check()
+    run(heavy_tailed(120, seed=3, nodes=2), node(n=2, gpus=8), check)
+    assert check.rounds > 100
 
 
 def test_srtf_elastic_gives_jobs_up_to_their_maximum_in_order():
@@ -262,6 +283,42 @@ def test_incremental_tiresias_matches_the_simple_version(seed, knob):
     np.testing.assert_allclose(fast["end"].to_numpy(), slow["end"].to_numpy(), rtol=1e-9, atol=1e-6)
 
 
+def test_tiresias_and_kube_follow_a_snapshot_they_did_not_produce():
+    # A live controller may hand a policy a job it never started, or drop a waiting job: the
+    # cheap bookkeeping notices the mismatch and reconciles job by job.
+    from dlsched.core import Allocation, Clock, JobState, JobStatus
+
+    cluster = node(n=2, gpus=4)
+    clock = Clock(100.0)
+    old = JobState(spec=job("old", 0, 9000, 4), index=0, clock=clock, status=JobStatus.RUNNING,
+                   allocation=Allocation.single_node(1, 4), alloc_gpus=4.0, _attained=1000.0,
+                   last_update=100.0, last_start=0.0)
+    new = JobState(spec=job("new", 50, 100, 4), index=1, clock=clock, status=JobStatus.PENDING)
+    gone = JobState(spec=job("gone", 60, 100, 4), index=2, clock=clock, status=JobStatus.PENDING)
+
+    def snap(running, pending):
+        free = cluster.capacity.copy()
+        for j in running:
+            free[list(j.allocation.nodes)] -= j.allocation.usage(np.asarray(j.spec.worker_demand), np.asarray(j.spec.ps_demand))
+        return Snapshot(now=clock.now, cluster=cluster, free=free, pending=pending, running=running, restart_overhead=10.0)
+
+    pol = tiresias()
+    plan = pol.schedule(snap([old], [new, gone]))
+    # "old" is adopted in place: 1000 GPU-s is Q0, where running jobs lead, so "gone" waits
+    assert plan.allocations["old"] is old.allocation
+    assert set(plan.allocations) == {"old", "new"} and plan.allocations["new"].nodes == (0,)
+    # "new" ran elsewhere meanwhile; "gone" was cancelled; the policy must not plan either wrongly
+    new.status, new.allocation, new.alloc_gpus = JobStatus.RUNNING, plan.allocations["new"], 4.0
+    plan2 = pol.schedule(snap([old, new], []))
+    assert plan2.allocations == {"old": old.allocation, "new": new.allocation}
+
+    kube = kube_default()
+    kplan = kube.schedule(snap([old], [new, gone]))
+    assert set(kplan.allocations) == {"old", "new"} and not kplan.held
+    kplan2 = kube.schedule(snap([old, new], []))  # "gone" vanished without being bound
+    assert set(kplan2.allocations) == {"old", "new"} and not kplan2.held
+
+
 # ------------------------------------------------------------------------------------ DRF
 
 
@@ -295,6 +352,20 @@ def test_drf_by_user_shares_between_users_not_jobs():
     by_user = rows(run(jobs, node(gpus=8), drf(share_by="user")))
     assert by_user.loc["x2", "preemptions"] == 1
     assert by_user.loc["y1", "start"] == pytest.approx(1)
+
+
+@pytest.mark.parametrize("stop", [False, True])
+def test_drf_per_job_fast_path_matches_the_general_entity_filling(stop):
+    # One queue per job makes share_by="queue" the same fairness as share_by="job", computed by
+    # the general entity code instead of the per-job fast path: the runs must be identical.
+    jobs = mixed_workload(6)[1:]
+    alone = [JobSpec(**{**{f: getattr(j, f) for f in j.__dataclass_fields__}, "queue": j.job_id}) for j in jobs]
+    cluster = Cluster.homogeneous("mix", nodes=4, gpus=8, cpus=48, mem=512)
+    fast = rows(run(alone, cluster, drf(stop_at_first_failure=stop)))
+    general = rows(run(alone, cluster, drf(share_by="queue", stop_at_first_failure=stop)))
+    assert fast["preemptions"].sum() > 0 and fast["restarts"].sum() > 0  # shares did move
+    for col in ("end", "start", "preemptions", "restarts"):
+        np.testing.assert_array_equal(fast[col].to_numpy(), general[col].to_numpy())
 
 
 def test_drf_keeps_running_jobs_in_place_when_their_share_is_unchanged():

@@ -255,11 +255,26 @@ class Tiresias(Policy):
             self.promotions += 1
 
     def _next_wake(self) -> float | None:
-        for h, valid in ((self._demote, self._valid_demotion), (self._promote, self._valid_promotion)):
-            while h and valid(h[0]) is None:
-                heapq.heappop(h)
-        tops = [h[0][0] for h in (self._demote, self._promote) if h]
-        return min(tops) if tops else None
+        """Earliest valid demotion or promotion; stale timers at the top are dropped on the way."""
+        entries, wake = self._entries, None
+        h = self._demote
+        while h:
+            _, idx, token = h[0]
+            e = entries.get(idx)
+            if e is not None and e.token == token and e.running:
+                wake = h[0][0]
+                break
+            heapq.heappop(h)
+        h = self._promote
+        while h:
+            _, idx, token = h[0]
+            e = entries.get(idx)
+            if e is not None and e.token == token and not e.running and e.q > 0:
+                if wake is None or h[0][0] < wake:
+                    wake = h[0][0]
+                break
+            heapq.heappop(h)
+        return wake
 
     # ------------------------------------------------------------------ keeping up with the engine
     def _admit(self, job: JobState, now: float) -> None:

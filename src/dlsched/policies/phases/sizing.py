@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dlsched.core.errors import ConfigError
 from dlsched.core.job import Architecture, JobSpec
@@ -59,7 +59,7 @@ _SHARE_KEYS = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class DominantShareFilling:
     """DRF by progressive filling (Ghodsi et al. NSDI'11; DL2's `drf_env`), on aggregate capacity.
 
@@ -82,12 +82,14 @@ class DominantShareFilling:
     running jobs that keep their size first, then the others in the order they were first served,
     so the realisation keeps unchanged jobs on their nodes before placing anything new.
 
-    Cost: O(units x log entities); an entity that stays the smallest keeps receiving units
-    without going through the heap (the same result as popping it again).
+    Cost: one heap operation per unit. An entity that stays the smallest keeps receiving units
+    without going through the heap (the same result as popping it again), and with
+    `share_by="job"` a rigid job's single unit and share are constants cached per job.
     """
 
     share_by: str = "job"
     stop_at_first_failure: bool = False
+    _rigid: dict = field(default_factory=dict, repr=False)  # (cluster, spec) -> (share, need...)
 
     def __post_init__(self) -> None:
         if self.share_by not in _SHARE_KEYS:
@@ -95,22 +97,87 @@ class DominantShareFilling:
 
     def size(self, snap: Snapshot, jobs: list[JobState]) -> list[tuple[JobState, int, int]]:
         cap = snap.cluster.total
-        i0, i1, i2 = (1.0 / float(c) if c > 0 else 0.0 for c in cap)
-        l0, l1, l2 = (float(c) + _EPS for c in cap)  # what is left, with the float tolerance folded in
+        inv = tuple(1.0 / float(c) if c > 0 else 0.0 for c in cap)
+        left = [float(c) + _EPS for c in cap]  # what is left, with the float tolerance folded in
+        n = len(jobs)
+        workers, ps = [0] * n, [0] * n
+        granted: list[int] = []
+        if _SHARE_KEYS[self.share_by] is None:
+            self._fill_jobs(snap, jobs, inv, left, workers, ps, granted)
+        else:
+            self._fill_entities(jobs, inv, left, workers, ps, granted)
+        keep, change = [], []
+        for i in granted:
+            j = jobs[i]
+            a = j.allocation
+            same = a is not None and j.status is JobStatus.RUNNING and a.num_workers == workers[i] and a.num_ps == ps[i]
+            (keep if same else change).append((j, workers[i], ps[i]))
+        return keep + change
+
+    def _fill_jobs(self, snap, jobs, inv, left, workers, ps, granted) -> None:
+        """One entity per job: rigid jobs are one cached unit; elastic ones grow bundle by bundle."""
+        i0, i1, i2 = inv
+        l0, l1, l2 = left
+        cache = self._rigid.setdefault(snap.cluster, {})
+        if len(cache) > 200_000:
+            cache.clear()
+        heap: list[tuple] = []
+        for i, j in enumerate(jobs):
+            s = j.spec
+            c = cache.get(s)
+            if c is None:
+                w, p = (s.num_workers, s.num_ps) if s.min_workers == s.max_workers else (s.min_workers, ps_for(s, s.min_workers))
+                wd, pd = s.worker_demand, s.ps_demand
+                n0, n1, n2 = w * wd[0] + p * pd[0], w * wd[1] + p * pd[1], w * wd[2] + p * pd[2]
+                c = cache[s] = (max(n0 * i0, n1 * i1, n2 * i2), s.min_workers == s.max_workers, w, p, n0, n1, n2)
+            heap.append((c[0], s.submit_time, j.index, i, c))
+        heapq.heapify(heap)
+        stop = self.stop_at_first_failure
+        while heap:
+            _, t, idx, i, c = heapq.heappop(heap)
+            _, rigid, uw, up, n0, n1, n2 = c
+            if rigid or workers[i] == 0:  # the job's first unit: whole job, or minimum gang
+                if n0 <= l0 and n1 <= l1 and n2 <= l2:
+                    l0, l1, l2 = l0 - n0, l1 - n1, l2 - n2
+                    workers[i], ps[i] = uw, up
+                    granted.append(i)
+                elif stop:
+                    return
+                else:
+                    continue
+                if rigid:
+                    continue
+            # an elastic job grows a bundle at a time while it stays the smallest share
+            s = jobs[i].spec
+            wd, pd = s.worker_demand, s.ps_demand
+            while workers[i] < s.max_workers:
+                w = workers[i] + 1
+                p = ps_for(s, w)
+                u0, u1, u2 = w * wd[0] + p * pd[0], w * wd[1] + p * pd[1], w * wd[2] + p * pd[2]
+                share = max(u0 * i0, u1 * i1, u2 * i2)
+                if heap and heap[0][:3] < (share, t, idx):
+                    heapq.heappush(heap, (share, t, idx, i, (share, False, 0, 0, 0.0, 0.0, 0.0)))
+                    break
+                d0, d1, d2 = wd[0] + (p - ps[i]) * pd[0], wd[1] + (p - ps[i]) * pd[1], wd[2] + (p - ps[i]) * pd[2]
+                if not (d0 <= l0 and d1 <= l1 and d2 <= l2):
+                    if stop:
+                        return
+                    break
+                l0, l1, l2 = l0 - d0, l1 - d1, l2 - d2
+                workers[i], ps[i] = w, p
+
+    def _fill_entities(self, jobs, inv, left, workers, ps, granted) -> None:
+        """Queues or users: an entity's jobs share one dominant share, served in arrival order."""
+        i0, i1, i2 = inv
+        l0, l1, l2 = left
         n = len(jobs)
         specs = [j.spec for j in jobs]
-        workers, ps = [0] * n, [0] * n
         done = [False] * n
-        granted: list[int] = []
-        # entity -> its jobs in arrival order; the heap key carries the arrival tie-break
         keyf = _SHARE_KEYS[self.share_by]
-        if keyf is None:
-            members = [[i] for i in range(n)]
-        else:
-            groups: dict[object, list[int]] = {}
-            for i in sorted(range(n), key=lambda i: (specs[i].submit_time, jobs[i].index)):
-                groups.setdefault(keyf(specs[i]), []).append(i)
-            members = list(groups.values())
+        groups: dict[object, list[int]] = {}
+        for i in sorted(range(n), key=lambda i: (specs[i].submit_time, jobs[i].index)):
+            groups.setdefault(keyf(specs[i]), []).append(i)
+        members = list(groups.values())
         pos = [0] * len(members)
         use = [[0.0, 0.0, 0.0] for _ in members]
 
@@ -139,12 +206,12 @@ class DominantShareFilling:
             return max((u[0] + uw * wd[0] + up * pd[0]) * i0, (u[1] + uw * wd[1] + up * pd[1]) * i1,
                        (u[2] + uw * wd[2] + up * pd[2]) * i2)
 
-        heap: list[tuple[float, float, int, int, tuple[int, int, int]]] = []
+        heap: list[tuple] = []
         for k in range(len(members)):
             unit = next_unit(k)
             if unit is not None:
-                first = specs[members[k][0]]
-                heap.append((share_after(k, unit), first.submit_time, jobs[members[k][0]].index, k, unit))
+                first = members[k][0]
+                heap.append((share_after(k, unit), specs[first].submit_time, jobs[first].index, k, unit))
         heapq.heapify(heap)
         while heap:
             _, t, idx, k, unit = heapq.heappop(heap)
@@ -165,8 +232,7 @@ class DominantShareFilling:
                 else:
                     done[i] = True
                     if self.stop_at_first_failure:
-                        heap.clear()
-                        break
+                        return
                 unit = next_unit(k)
                 if unit is None:
                     break
@@ -174,11 +240,3 @@ class DominantShareFilling:
                 if heap and heap[0][:3] < entry[:3]:
                     heapq.heappush(heap, entry)
                     break
-
-        keep, change = [], []
-        for i in granted:
-            j = jobs[i]
-            a = j.allocation
-            same = a is not None and j.status is JobStatus.RUNNING and a.num_workers == workers[i] and a.num_ps == ps[i]
-            (keep if same else change).append((j, workers[i], ps[i]))
-        return keep + change
