@@ -162,3 +162,18 @@ def test_summary_metrics_are_consistent(small_cluster):
     assert 0 < s["gpu_utilization"] <= 1
     assert s["makespan"] == pytest.approx(r.jobs.end.max() - r.jobs.submit.min())
     assert math.isnan(s["deadline_met_ratio"])
+
+
+def test_pack_looks_past_a_full_node_in_the_roomiest_rack():
+    """Regression: nodes are visited rack-first, so a full node must not end the search."""
+    import numpy as np
+
+    from dlsched.policies.phases.placement import pack
+
+    c = Cluster.homogeneous("r", 6, 4, 32, 256, nodes_per_rack=3)
+    free = c.capacity.copy()
+    free[:, 0] = [4, 3, 0, 4, 4, 0]  # rack 1 (8 free) is visited first and ends in a full node
+    job = JobSpec(job_id="j", submit_time=0, iterations=1, num_workers=12)
+    alloc = pack(c, free, job, 12, 0)
+    assert alloc is not None and alloc.num_workers == 12
+    assert np.all(np.asarray(alloc.workers) <= free[list(alloc.nodes), 0])

@@ -55,7 +55,7 @@ _SVC_TOL = 1e-3  # GPU-seconds: a crossing this close counts as done (float-safe
 class _Entry:
     """Tiresias' view of one job: its queue and its place there."""
 
-    __slots__ = ("job", "wd", "pd", "gpus", "rate", "q", "wait_key", "run_key", "running", "entering",
+    __slots__ = ("job", "wd", "pd", "total", "gpus", "rate", "q", "wait_key", "run_key", "running", "entering",
                  "victim", "token", "base_service", "base_run", "first_run")
 
     def __init__(self, job: JobState):
@@ -63,6 +63,7 @@ class _Entry:
         self.job = job
         self.wd = np.asarray(s.worker_demand, dtype=float)
         self.pd = np.asarray(s.ps_demand, dtype=float)
+        self.total = s.num_workers * self.wd + s.num_ps * self.pd  # all of it, when on one node
         self.gpus = s.num_workers * s.worker_demand[GPU] + s.num_ps * s.ps_demand[GPU]  # GPUs it occupies
         self.rate = s.num_workers * s.worker_demand[GPU]  # GPU-seconds of service per second run
         self.q = 0
@@ -113,6 +114,15 @@ class _Round:
 def _use(arr: np.ndarray, e: _Entry, alloc: Allocation, sign: float) -> None:
     """Add (sign 1) or remove (sign -1) an allocation's resources, node row by node row: most
     allocations have one node, and this is several times cheaper than a scatter-add."""
+    s = e.job.spec
+    if len(alloc.nodes) == 1 and alloc.workers[0] == s.num_workers and alloc.ps[0] == s.num_ps:
+        # the whole job on one node (the usual case): its precomputed total demand
+        row = arr[alloc.nodes[0]]
+        if sign > 0:
+            row += e.total
+        else:
+            row -= e.total
+        return
     for n, w, p in zip(alloc.nodes, alloc.workers, alloc.ps):
         arr[n] += sign * (w * e.wd + p * e.pd) if p else sign * w * e.wd
 

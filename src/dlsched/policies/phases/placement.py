@@ -81,8 +81,8 @@ def pack(
         if left_w == 0:
             break
         k = int(min(w_fit[n], left_w))
-        if k <= 0:
-            break
+        if k <= 0:  # nodes are ordered rack-first, so a full node does not end the search
+            continue
         w_counts[n] = k
         room[n] -= k * wd
         left_w -= k
