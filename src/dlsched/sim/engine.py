@@ -248,14 +248,6 @@ class Simulator:
             js.held = None
             js.held_gpus = 0.0
 
-    def _holders(self, node: int) -> list[str]:
-        out = []
-        for js in list(self.running.values()) + list(self.pending.values()):
-            for a in (js.allocation, js.held):
-                if a is not None and node in a.nodes:
-                    out.append(js.job_id)
-        return out
-
     def _apply(self, plan: Plan, t: float, policy: str) -> bool:
         """Validate the whole plan, then apply it. Returns whether any job started or resized."""
         starts: list[tuple[JobState, Allocation]] = []
