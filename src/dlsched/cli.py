@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import json
 import time
-from functools import wraps
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from dlsched.core.errors import DlschedError, TraceError
+from dlsched.cli_experiments import experiment_app
+from dlsched.cli_support import console, err_console, friendly as _friendly
+from dlsched.core.errors import DlschedError
 
 app = typer.Typer(
     help="Schedule and autoscale distributed deep-learning training jobs: run scheduling policies "
@@ -27,34 +27,7 @@ app = typer.Typer(
 )
 trace_app = typer.Typer(help="Inspect and check trace files.", add_completion=False, pretty_exceptions_enable=False)
 app.add_typer(trace_app, name="trace")
-
-console = Console()
-if not console.is_terminal:  # piped or in CI: rich would assume 80 columns and squash the table
-    console = Console(width=160)
-err_console = Console(stderr=True)
-
-
-def _friendly(fn: Callable) -> Callable:
-    """Turn our errors (and missing files) into one clear line and exit code 2."""
-
-    @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except TraceError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}")
-            for line in exc.problems:
-                err_console.print(f"  {line}", markup=False, highlight=False)
-            raise typer.Exit(2) from None
-        except DlschedError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
-            raise typer.Exit(2) from None
-        except FileNotFoundError as exc:
-            err_console.print(f"[bold red]error:[/] no such file: {exc.filename or exc}")
-            raise typer.Exit(2) from None
-
-    return wrapper
-
+app.add_typer(experiment_app, name="experiment")
 
 # --------------------------------------------------------------------------- simulate / compare
 
