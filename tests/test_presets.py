@@ -13,7 +13,7 @@ from dlsched.paths import traces_dir
 from dlsched.presets import PRESET_DIR, PRESETS, load_cluster
 
 GPUS = {"dl2": 192, "dl2-large": 1000, "optimus": 12, "philly": 640, "itp": 768, "itp-small": 128,
-        "alibaba2023": 6212, "gavel": 108, "pollux": 64}
+        "alibaba2023": 6212, "gavel": 108, "pollux": 64, "dragon": 32}
 
 
 def test_every_preset_loads_with_its_gpu_count() -> None:

@@ -72,10 +72,12 @@ class JobState:
     loss_fn: Callable[[float], float] | None = None  # the job's training-loss curve (engine-set)
     alloc_gpus: float = 0.0  # GPUs of the current allocation
     held_gpus: float = 0.0
+    alloc_nodes: int = 0  # nodes the current allocation spans
     _progress: float = 0.0
     _attained: float = 0.0
     _run_time: float = 0.0
     _held_gpu_seconds: float = 0.0
+    _node_seconds: float = 0.0
 
     # --- continuously growing quantities ---------------------------------------------------
     def _elapsed(self) -> float:
@@ -108,6 +110,14 @@ class JobState:
         return self._run_time + self._elapsed()
 
     @property
+    def node_seconds(self) -> float:
+        """Seconds running × nodes spanned: node_seconds / run_time is how spread out the job ran
+        (1.0 = always on one node), the locality DRAGON-style placement is meant to improve."""
+        if self.status is not JobStatus.RUNNING:
+            return self._node_seconds
+        return self._node_seconds + self.alloc_nodes * self._elapsed()
+
+    @property
     def held_gpu_seconds(self) -> float:
         """GPU-seconds held by a partial placement while the job could not run: pure waste."""
         extra = self.held_gpus * self._elapsed() if self.held is not None else 0.0
@@ -119,6 +129,7 @@ class JobState:
         self.clock.now = now
         self._progress, self._attained = self.progress, self.attained_service
         self._run_time, self._held_gpu_seconds = self.run_time, self.held_gpu_seconds
+        self._node_seconds = self.node_seconds
         self.clock.now = prev
         self.last_update = now
 

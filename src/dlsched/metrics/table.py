@@ -49,6 +49,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("deadline_met_ratio", "deadlines met", "deadline_met_ratio", fmt="{:.1%}", short="ddl met"),
     Column("total_utility", "total utility", "total_utility", fmt="{:,.1f}", short="utility"),
     Column("held_gpu_hours", "held GPU·h (partial gangs)", "held_gpu_hours", fmt="{:,.1f}", short="held GPU·h"),
+    Column("mean_nodes_spanned", "nodes spanned per job", "mean_nodes_spanned", fmt="{:.2f}", short="nodes"),
     Column("restarts", "restarts", "restarts", fmt="{:,}", short="restarts"),
     Column("preemptions", "preemptions", "preemptions", fmt="{:,}", short="preempt."),
 )

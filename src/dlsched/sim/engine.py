@@ -239,6 +239,7 @@ class Simulator:
             self.busy_gpus -= js.alloc_gpus
             js.allocation = None
             js.alloc_gpus = 0.0
+            js.alloc_nodes = 0
             js.rate = 0.0
             js.version += 1
         if js.held is not None:
@@ -359,6 +360,7 @@ class Simulator:
         js.status = JobStatus.RUNNING
         js.allocation = alloc
         js.alloc_gpus = alloc.num_workers * js.spec.worker_demand[GPU]
+        js.alloc_nodes = alloc.num_nodes
         self.busy_gpus += js.alloc_gpus
         nodes, use = self._usage(js, alloc)
         np.add.at(self.used, nodes, use)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 JOB_COLUMNS = [
     "job_id", "status", "reason", "submit", "start", "end", "jct", "queueing_delay", "deadline",
     "deadline_met", "utility", "restarts", "preemptions", "gpus_requested", "gpu_seconds",
-    "held_gpu_seconds", "iterations", "progress",
+    "held_gpu_seconds", "iterations", "progress", "mean_nodes",
 ]
 
 
@@ -58,6 +58,7 @@ class SimResult:
                 s.deadline if s.deadline is not None else np.nan, met, util,
                 js.restarts, js.preemptions, s.gpus_requested, js.gpu_seconds,
                 js.held_gpu_seconds, s.iterations, js.progress,
+                js.node_seconds / js.run_time if js.run_time > 0 else np.nan,
             ))
         jobs = pd.DataFrame.from_records(rows, columns=JOB_COLUMNS)
         tl = pd.DataFrame({
@@ -109,6 +110,8 @@ def summarize(jobs: pd.DataFrame, tl: pd.DataFrame, cluster: Cluster, end_time: 
         "gpu_utilization": _integral(tl, "busy_gpus", end_time) / cap if cap > 0 else float("nan"),
         "gpu_allocated": _integral(tl, "used_gpus", end_time) / cap if cap > 0 else float("nan"),
         "held_gpu_hours": float(jobs["held_gpu_seconds"].sum()) / 3600.0,
+        # how spread out jobs ran (time-weighted nodes per running job, 1.0 = always one node)
+        "mean_nodes_spanned": float(jobs["mean_nodes"].mean()) if jobs["mean_nodes"].notna().any() else float("nan"),
         "restarts": int(jobs["restarts"].sum()),
         "preemptions": int(jobs["preemptions"].sum()),
     }
