@@ -15,6 +15,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dlsched.cli_experiments import experiment_app
+from dlsched.cli_train import train_app
 from dlsched.cli_support import console, err_console, friendly as _friendly
 from dlsched.core.errors import DlschedError
 
@@ -28,6 +29,7 @@ app = typer.Typer(
 trace_app = typer.Typer(help="Inspect and check trace files.", add_completion=False, pretty_exceptions_enable=False)
 app.add_typer(trace_app, name="trace")
 app.add_typer(experiment_app, name="experiment")
+app.add_typer(train_app, name="train")
 
 # --------------------------------------------------------------------------- simulate / compare
 

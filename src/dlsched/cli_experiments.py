@@ -7,6 +7,8 @@ and tests run the same code.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
+
 import typer
 
 from dlsched.cli_support import console as _console, friendly as _friendly
@@ -58,4 +60,35 @@ def dragon_experiment(
         f"held GPU·h: DRAGON {h['held_gpu_hours_dragon']:.2f}, kube-default {h['held_gpu_hours_kube']:.2f}"
     )
     _console.print(report.ablation.round(3).to_string(index=False))
+    _console.print(f"wrote {', '.join(str(f) for f in report.files)}")
+
+
+@experiment_app.command("dl2")
+@_friendly
+def dl2_experiment(
+    out: Path = typer.Option(Path("dl2-results"), "--out", "-o", help="Folder for runs.csv, summary.csv, RESULTS.md (and real_trace.csv)."),
+    model: Optional[Path] = typer.Option(None, "--model", help="Model from `dlsched train dl2` (default: the shipped model)."),
+    warmup_only: Optional[Path] = typer.Option(None, "--warmup-only-model", help="Ablation: a model trained with --rl-episodes 0."),
+    rl_only: Optional[Path] = typer.Option(None, "--rl-only-model", help="Ablation: a model trained with --warmup-traces 0."),
+    traces: int = typer.Option(10, "--traces", min=1, help="Held-out DL2 workloads (test seeds, never used in training)."),
+    real_trace: bool = typer.Option(True, "--real-trace/--no-real-trace", help="Also run the model on the embedded ITP trace slice."),
+) -> None:
+    """Rerun DL2's comparison: mean JCT vs DRF and Optimus on held-out DL2 workloads (mean ± std),
+    the ablations when their models are given, and generalisation to a real trace."""
+    from rich.progress import Progress
+
+    from dlsched.experiments.dl2 import PAPER, run_dl2_experiment
+
+    with Progress(console=_console, transient=True) as bar:
+        task = bar.add_task("DL2", total=traces + (1 if real_trace else 0))
+        report = run_dl2_experiment(
+            out, str(model) if model else None, str(warmup_only) if warmup_only else None,
+            str(rl_only) if rl_only else None, traces, real_trace, on_step=lambda d: bar.update(task, advance=1, description=d),
+        )
+    _console.print(report.summary.round(3).to_string(index=False))
+    for k, v in report.ratios.items():
+        _console.print(f"{k}: {v:.3f}")
+    _console.print(f"paper: dl2/drf ≤ {PAPER['vs_drf']}, dl2/optimus ≤ {PAPER['vs_optimus']}")
+    if report.trace is not None:
+        _console.print(report.trace.round(2).to_string(index=False))
     _console.print(f"wrote {', '.join(str(f) for f in report.files)}")

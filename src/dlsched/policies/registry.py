@@ -19,6 +19,7 @@ POLICIES: dict[str, tuple[str, str, str]] = {
     "tiresias": ("dlsched.policies.tiresias", "tiresias", "discretized 2D-LAS with starvation promotion"),
     "optimus": ("dlsched.policies.optimus", "optimus", "fitted speed/convergence models, greedy marginal gain"),
     "kube-default": ("dlsched.policies.kube_default", "kube_default", "default Kubernetes: pod by pod, spreading, no gang"),
+    "dl2": ("dlsched.policies.dl2", "dl2", "DL2: neural network (warm-up on DRF, then RL) sizing workers/PSs every slot"),
     "dragon": ("dlsched.policies.dragon", "dragon", "DRAGON: dependency-aware gang, locality placement, load-aware scaling"),
 }
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Generator, Sequence
 
 import numpy as np
 
@@ -75,6 +75,23 @@ class Simulator:
 
     # ------------------------------------------------------------------ run
     def run(self, jobs: Sequence[JobSpec]) -> SimResult:
+        """Run the whole workload, asking `self.policy` whenever a decision is due."""
+        steps = self.steps(jobs)
+        try:
+            snap = next(steps)
+            while True:
+                snap = steps.send(self.policy.schedule(snap))
+        except StopIteration as done:
+            return done.value
+
+    def steps(self, jobs: Sequence[JobSpec]) -> Generator[Snapshot, Plan, SimResult]:
+        """The run as a generator: it yields each Snapshot on which a decision is due and expects
+        the Plan back through `send`; it returns the SimResult.
+
+        `run` drives it with `self.policy.schedule`. A caller that must own the loop — a Gymnasium
+        environment stepping an RL agent one action at a time — drives it itself. `self.policy`
+        still sets the triggers (`on_events`, `interval`) and is reset before the run.
+        """
         cfg = self.config
         ids = [j.job_id for j in jobs]
         if len(set(ids)) != len(ids):
@@ -153,7 +170,10 @@ class Simulator:
             )
             started = False
             if ask and (self.pending or self.running):
-                plan = self._ask(t, tuple(sorted(events)))
+                self.policy_calls += 1
+                plan = yield self._snapshot(t, tuple(sorted(events)))
+                if not isinstance(plan, Plan):
+                    raise PlanError(f"policy {policy_name!r} returned {type(plan).__name__}, not a Plan")
                 started = self._apply(plan, t, policy_name)
                 if plan.wake_at is not None and plan.wake_at > t:
                     wake = plan.wake_at
@@ -207,7 +227,7 @@ class Simulator:
         js.last_stop = t
         del self.running[js.job_id]
 
-    def _ask(self, t: float, events: tuple[str, ...]) -> Plan:
+    def _snapshot(self, t: float, events: tuple[str, ...]) -> Snapshot:
         free = self.cluster.capacity - self.used
         free.setflags(write=False)
         snap = Snapshot(
@@ -221,11 +241,7 @@ class Simulator:
             rng=self.rng,
             events=events,
         )
-        self.policy_calls += 1
-        plan = self.policy.schedule(snap)
-        if not isinstance(plan, Plan):
-            raise PlanError(f"policy {self.policy.name!r} returned {type(plan).__name__}, not a Plan")
-        return plan
+        return snap
 
     # ------------------------------------------------------------------ applying a plan
     def _usage(self, js: JobState, alloc: Allocation) -> tuple[list[int], np.ndarray]:

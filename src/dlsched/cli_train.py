@@ -1,0 +1,47 @@
+"""`dlsched train ...`: train learned schedulers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from dlsched.cli_support import console, err_console, friendly
+
+train_app = typer.Typer(help="Train learned schedulers (DL2).", add_completion=False,
+                        pretty_exceptions_enable=False, no_args_is_help=True)
+
+
+@train_app.command("dl2")
+@friendly
+def train_dl2_cmd(
+    out: Path = typer.Option(Path("dl2-training"), "--out", "-o", help="Folder for model.pt, checkpoint.pt and validation.csv."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML with DL2TrainConfig keys (episodes, lr, window, teacher, seeds...)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from OUT/checkpoint.pt (same config required)."),
+    rl_episodes: Optional[int] = typer.Option(None, "--rl-episodes", help="Override the config's RL episodes (0: warm-up only)."),
+    warmup_traces: Optional[int] = typer.Option(None, "--warmup-traces", help="Override the teacher workloads recorded (0: no warm-up)."),
+) -> None:
+    """Train DL2: supervised warm-up on a teacher's decisions (DRF by default), then actor-critic RL
+    with prioritised replay, validated on held-out DL2 workloads. Resumable; prints where the model is."""
+    from dlsched.rl.train_dl2 import DL2TrainConfig, train_dl2
+    from dlsched.run_config import read_yaml_model
+
+    cfg = read_yaml_model(config, DL2TrainConfig, "DL2 training config") if config else DL2TrainConfig()
+    updates = {k: v for k, v in (("rl_episodes", rl_episodes), ("warmup_traces", warmup_traces)) if v is not None}
+    if updates:
+        cfg = DL2TrainConfig(**{**cfg.model_dump(), **updates})
+    with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
+                  TimeElapsedColumn(), console=err_console) as bar:
+        tasks: dict[str, int] = {}
+
+        def progress(phase: str, done: int, total: int, note: str) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(phase, total=total, note="")
+            bar.update(tasks[phase], completed=done, note=note)
+
+        meta = train_dl2(cfg, out, resume=resume, progress=progress)
+    console.print(f"trained in {meta['training_seconds'] / 60:.1f} min; best validation mean JCT "
+                  f"{meta['best_validation_jct_s'] / cfg.slot_seconds:.2f} slots")
+    console.print(f"model: [bold]{out / 'model.pt'}[/] (use: dlsched compare ... --policies dl2 with policy option model=PATH)")

@@ -1,0 +1,95 @@
+"""DL2 (Peng et al., IEEE TPDS 2021): a neural network decides every slot how many workers and
+PSs each job gets, one task at a time.
+
+Every `slot_seconds` (DL2: 20 minutes) the policy builds the slot from nothing: each job first
+gets its minimum gang if it fits, then the network is called repeatedly on the 6 × J state and
+picks one action — a worker, a PS or a bundle for one of the J window jobs, or "end the slot" —
+among the valid ones; each task goes to the least-loaded node. It sees only what a live system
+sees (progress, and the total work only when the job declared it), so the same object runs in
+the live controller. Training is in `dlsched.rl` (`dlsched train dl2`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dlsched.core.cluster import Cluster
+from dlsched.core.errors import ConfigError
+from dlsched.core.plan import Plan
+from dlsched.core.policy import Policy
+from dlsched.core.snapshot import Snapshot
+from dlsched.estimators.progress_predictor import RemainingWork
+from dlsched.rl.dl2_network import DL2Net
+from dlsched.rl.slot_builder import SlotBuilder
+
+SHIPPED_MODEL = Path(__file__).resolve().parent.parent / "data" / "dl2_model.pt"
+MAX_ACTIONS_PER_SLOT = 100_000  # a guard: every action adds a task, so capacity ends a slot first
+
+
+class DL2Policy(Policy):
+    on_events = False
+    oracle = False
+
+    def __init__(self, net: DL2Net, slot_seconds: float = 1200.0, greedy: bool = False, name: str = "dl2"):
+        self.net = net.eval()
+        self.window = net.window
+        self.interval = slot_seconds
+        self.slot_seconds = slot_seconds
+        self.greedy = greedy
+        self.name = name
+        self.reset(None, 0)
+
+    def reset(self, cluster: Cluster | None, seed: int) -> None:
+        self._rng = np.random.default_rng(seed)
+        self._remaining = RemainingWork()
+
+    @torch.no_grad()
+    def schedule(self, snap: Snapshot) -> Plan:
+        self._remaining.observe(snap.running + snap.pending)
+        builder = SlotBuilder(snap, self.window, self.slot_seconds, self._remaining)
+        for _ in range(MAX_ACTIONS_PER_SLOT):
+            mask = builder.mask()
+            if mask.sum() == 1:  # only "end the slot" is left
+                break
+            logits = self.net.logits(torch.from_numpy(builder.state())[None], torch.from_numpy(mask)[None])[0]
+            if self.greedy:
+                action = int(torch.argmax(logits))
+            else:
+                p = torch.softmax(logits, 0).numpy().astype(float)
+                action = int(self._rng.choice(len(p), p=p / p.sum()))
+            if not builder.apply(action):
+                break
+        return builder.plan()
+
+
+def save_model(net: DL2Net, path: Path, meta: dict | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"config": net.config(), "state_dict": net.state_dict(), "meta": meta or {}}, path)
+
+
+def load_model(path: Path) -> tuple[DL2Net, dict]:
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+        net = DL2Net(**blob["config"])
+        net.load_state_dict(blob["state_dict"])
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # a truncated or foreign file: say which
+        raise ConfigError(f"{path}: not a DL2 model saved by dlsched ({exc})") from None
+    return net.eval(), blob.get("meta", {})
+
+
+def dl2(model: str | None = None, greedy: bool = False, slot_seconds: float = 1200.0) -> DL2Policy:
+    """DL2 with a trained model: `model` is a file from `dlsched train dl2`; default: the shipped one."""
+    path = Path(model) if model else SHIPPED_MODEL
+    if not path.exists():
+        raise ConfigError(
+            f"no DL2 model at {path}: train one with `dlsched train dl2` and pass it as policy option model=PATH"
+        )
+    if slot_seconds <= 0:
+        raise ConfigError("dl2: slot_seconds must be > 0")
+    net, _ = load_model(path)
+    return DL2Policy(net, slot_seconds=slot_seconds, greedy=greedy)

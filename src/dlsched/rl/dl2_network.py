@@ -1,0 +1,45 @@
+"""DL2's policy and value networks in PyTorch.
+
+As in the authors' code (`network.py`): the 6 × J state flattened, 2 fully connected layers of
+6·J·2/3 units (80 for J = 20), each with batch-norm and ReLU, then a softmax over the 3J + 1
+actions; the value network has the same trunk and one linear output. Invalid actions get a
+logit of -1e9 so the softmax renormalises over the valid ones (DL2's masking).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from dlsched.rl.slot_builder import ROWS, action_dim
+
+
+def _trunk(inputs: int, hidden: int, layers: int) -> nn.Sequential:
+    mods: list[nn.Module] = []
+    width = inputs
+    for _ in range(layers):
+        mods += [nn.Linear(width, hidden), nn.BatchNorm1d(hidden), nn.ReLU()]
+        width = hidden
+    return nn.Sequential(*mods)
+
+
+class DL2Net(nn.Module):
+    def __init__(self, window: int = 20, hidden: int | None = None, layers: int = 2):
+        super().__init__()
+        self.window = window
+        self.hidden = hidden or max(16, (ROWS * window * 2) // 3)
+        self.layers = layers
+        inputs = ROWS * window
+        self.actor = nn.Sequential(_trunk(inputs, self.hidden, layers), nn.Linear(self.hidden, action_dim(window)))
+        self.critic = nn.Sequential(_trunk(inputs, self.hidden, layers), nn.Linear(self.hidden, 1))
+
+    def logits(self, state: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Masked action logits for a batch of (B, 6, J) states and (B, 3J+1) boolean masks."""
+        out = self.actor(state.flatten(1))
+        return out.masked_fill(~mask, -1e9)
+
+    def value(self, state: torch.Tensor) -> torch.Tensor:
+        return self.critic(state.flatten(1)).squeeze(-1)
+
+    def config(self) -> dict:
+        return {"window": self.window, "hidden": self.hidden, "layers": self.layers}

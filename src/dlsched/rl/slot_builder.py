@@ -1,0 +1,292 @@
+"""One scheduling slot built task by task: the state an RL scheduler sees, the actions it may take,
+and the Plan its choices add up to.
+
+DL2 (Peng et al., TPDS 2021) decides a slot by calling its network repeatedly: each call adds one
+worker, one PS or one bundle (worker + PS) to one job of a window of J jobs, or ends the slot.
+This class is that loop's bookkeeping, separate from any network, so the Gymnasium environment,
+the DL2 policy and the supervised warm-up (which replays a heuristic's decisions as actions) all
+build slots the same way.
+
+State (6 × J, jobs in arrival order, jobs already at both caps left out, zero-padded), the rows of
+DL2's code, scaled so every row is O(1) for the network:
+  0. job type / NUM_TYPES (DL2 models 1..8; other jobs by requested-GPU bucket, see `job_type`)
+  1. slots spent in the system / 10
+  2. remaining fraction of the work (1 − progress / total). The total is the declared work when
+     `spec.work_known`; otherwise the Optimus-style estimate (`estimators.RemainingWork`): a live
+     system sees nothing more.
+  3. dominant share allocated to the job so far in this slot
+  4. workers this slot / MAX_TASKS
+  5. PSs this slot / MAX_TASKS
+Actions: 3i = one more worker for window job i, 3i+1 = one more PS, 3i+2 = a bundle, 3J = end the
+slot. An action is valid when the job exists, stays within its maximum, is of the right kind (only
+PS jobs take PSs and bundles) and its task(s) fit somewhere now.
+Tasks go to the least-loaded node that fits (DL2's placement). Before any action every job gets
+its minimum gang if it fits, in arrival order (DL2's `ASSIGN_BUNDLE`, generalised to jobs whose
+minimum is more than one worker).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dlsched.core.allocation import Allocation
+from dlsched.core.job import Architecture, JobSpec
+from dlsched.core.plan import Plan
+from dlsched.core.snapshot import JobState, Snapshot
+from dlsched.estimators.progress_predictor import RemainingWork
+
+ROWS = 6
+NUM_TYPES = 8
+MAX_TASKS = 16.0
+WORKER, PS, BUNDLE = 0, 1, 2
+_DL2_MODELS = ("resnet-50", "vgg-16", "resnext-110", "inception-bn", "seq2seq", "cnn-text-classification", "dssm", "wlm")
+_EPS = 1e-9
+
+
+def job_type(spec: JobSpec) -> int:
+    """1..NUM_TYPES: DL2's model index for 'dl2:<model>' jobs, else 1 + log2 of the requested GPUs
+    (1, 2, 4, ... GPUs → 1, 2, 3, ...), capped: on traces without models, size is the type."""
+    if spec.model.startswith("dl2:") and spec.model[4:] in _DL2_MODELS:
+        return _DL2_MODELS.index(spec.model[4:]) + 1
+    return int(min(NUM_TYPES, 1 + math.floor(math.log2(max(1.0, spec.num_workers)))))
+
+
+def action_dim(window: int) -> int:
+    return 3 * window + 1
+
+
+class SlotBuilder:
+    """Builds one slot's allocation from actions. Create one per decision (per Snapshot)."""
+
+    def __init__(self, snap: Snapshot, window: int, slot_seconds: float, remaining: RemainingWork | None = None):
+        self.snap = snap
+        self.window = window
+        self.slot_seconds = slot_seconds
+        self.cluster = snap.cluster
+        self.capacity_total = np.maximum(snap.cluster.capacity.sum(axis=0), _EPS)
+        self.free = snap.cluster.capacity.astype(float).copy()
+        self.jobs = sorted(snap.running + snap.pending, key=lambda j: j.rank)
+        self.counts: dict[str, dict[int, list[int]]] = {j.job_id: {} for j in self.jobs}
+        self._totals: dict[str, list[int]] = {j.job_id: [0, 0] for j in self.jobs}  # workers, PSs
+        self._window: list[JobState] | None = None
+        self._fit_cache: dict[tuple, bool] = {}  # (task demands, gpu type) -> fits now
+        self.load = (snap.cluster.capacity - self.free).sum(axis=1)  # DL2's least-loaded key
+        cap = self.capacity_total
+        self._unit_share = {  # a worker's and a PS's share of the cluster, per resource
+            j.job_id: (tuple(np.asarray(j.spec.worker_demand) / cap), tuple(np.asarray(j.spec.ps_demand) / cap))
+            for j in self.jobs
+        }
+        self.remaining = remaining
+        self._remaining_fraction = {j.job_id: self._remaining_of(j) for j in self.jobs}
+        self._assign_minimum_gangs()
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _remaining_of(self, job: JobState) -> float:
+        spec = job.spec
+        done = job.progress
+        if spec.work_known:
+            return max(0.0, 1.0 - done / spec.iterations)
+        if self.remaining is None:
+            return 1.0 if done <= 0 else 0.5
+        est = self.remaining.estimate(job)
+        if not math.isfinite(est.remaining):
+            return 1.0
+        return float(est.remaining / max(est.remaining + done, _EPS))
+
+    def workers(self, job: JobState) -> int:
+        return self._totals[job.job_id][WORKER]
+
+    def ps(self, job: JobState) -> int:
+        return self._totals[job.job_id][PS]
+
+    def _changed(self) -> None:
+        self._window = None
+        self._fit_cache.clear()
+
+    def share(self, job: JobState) -> float:
+        w, p = self._totals[job.job_id]
+        ws, ps = self._unit_share[job.job_id]
+        return max(w * a + p * b for a, b in zip(ws, ps))
+
+    def _node_for(self, spec: JobSpec, demand: np.ndarray) -> int:
+        ok = (self.free + _EPS >= demand).all(axis=1)
+        if spec.gpu_type:
+            ok &= self.cluster.type_mask(spec.gpu_type)
+        if not ok.any():
+            return -1
+        return int(np.argmin(np.where(ok, self.load, np.inf)))
+
+    def _add(self, job: JobState, role: int) -> int:
+        """Place one task on the least-loaded node that fits; returns the node, or -1."""
+        spec = job.spec
+        demand = np.asarray(spec.worker_demand if role == WORKER else spec.ps_demand, dtype=float)
+        node = self._node_for(spec, demand)
+        if node >= 0:
+            self.free[node] -= demand
+            self.load[node] += demand.sum()
+            self.counts[job.job_id].setdefault(node, [0, 0])[role] += 1
+            self._totals[job.job_id][role] += 1
+            self._changed()
+        return node
+
+    def _remove(self, job: JobState, node: int, role: int) -> None:  # undo one `_add`
+        spec = job.spec
+        demand = np.asarray(spec.worker_demand if role == WORKER else spec.ps_demand, dtype=float)
+        self.free[node] += demand
+        self.load[node] -= demand.sum()
+        self.counts[job.job_id][node][role] -= 1
+        self._totals[job.job_id][role] -= 1
+        self._changed()
+
+    def _assign_minimum_gangs(self) -> None:
+        for job in self.jobs:
+            spec = job.spec
+            placed: list[tuple[int, int]] = []
+            ok = True
+            for role, n in ((PS, spec.min_ps), (WORKER, spec.min_workers)):
+                for _ in range(n):
+                    node = self._add(job, role)
+                    if node < 0:
+                        ok = False
+                        break
+                    placed.append((node, role))
+                if not ok:
+                    break
+            if not ok:
+                for node, role in placed:
+                    self._remove(job, node, role)
+                self.counts[job.job_id] = {}
+                self._totals[job.job_id] = [0, 0]
+
+    # ------------------------------------------------------------------ the agent's view
+    def window_jobs(self) -> list[JobState]:
+        """The first `window` jobs (arrival order) that can still grow in at least one way."""
+        if self._window is not None:
+            return self._window
+        out: list[JobState] = []
+        for job in self.jobs:
+            s = job.spec
+            if self.workers(job) < s.max_workers or (s.arch is Architecture.PS and self.ps(job) < s.max_ps):
+                out.append(job)
+                if len(out) == self.window:
+                    break
+        self._window = out
+        return out
+
+    def state(self) -> np.ndarray:
+        x = np.zeros((ROWS, self.window), dtype=np.float32)
+        now = self.snap.now
+        for i, job in enumerate(self.window_jobs()):
+            x[0, i] = job_type(job.spec) / NUM_TYPES
+            x[1, i] = (now - job.spec.submit_time) / self.slot_seconds / 10.0
+            x[2, i] = self._remaining_fraction[job.job_id]
+            x[3, i] = self.share(job)
+            x[4, i] = self.workers(job) / MAX_TASKS
+            x[5, i] = self.ps(job) / MAX_TASKS
+        return x
+
+    def mask(self) -> np.ndarray:
+        m = np.zeros(action_dim(self.window), dtype=bool)
+        m[-1] = True
+        for i, job in enumerate(self.window_jobs()):
+            for kind in (WORKER, PS, BUNDLE):
+                m[3 * i + kind] = self._valid(job, kind)
+        return m
+
+    def _valid(self, job: JobState, kind: int) -> bool:
+        s = job.spec
+        has_gang = self.ps(job) >= s.min_ps and self.workers(job) >= s.min_workers
+        if not has_gang:  # its minimum did not fit: growing part of a job that cannot run is waste
+            return False
+        want_w = kind in (WORKER, BUNDLE)
+        want_p = kind in (PS, BUNDLE)
+        if want_p and (s.arch is not Architecture.PS or self.ps(job) >= s.max_ps):
+            return False
+        if want_w and self.workers(job) >= s.max_workers:
+            return False
+        key = ((s.ps_demand,) if want_p else ()) + ((s.worker_demand,) if want_w else ()) + (s.gpu_type,)
+        hit = self._fit_cache.get(key)
+        if hit is None:
+            tasks = [np.asarray(d, dtype=float) for d in key[:-1]]
+            hit = self._fit_cache[key] = self._fits(s, tasks)
+        return hit
+
+    def _fits(self, spec: JobSpec, tasks: list[np.ndarray]) -> bool:
+        """Whether the tasks, placed one after the other as `_add` would, all find a node."""
+        saved = self.free
+        self.free = saved.copy()
+        try:
+            for demand in tasks:
+                node = self._node_for(spec, demand)
+                if node < 0:
+                    return False
+                self.free[node] -= demand
+            return True
+        finally:
+            self.free = saved
+
+    def apply(self, action: int) -> bool:
+        """Apply one action; returns False when it ends the slot. Raises on an invalid action."""
+        if action == action_dim(self.window) - 1:
+            return False
+        jobs = self.window_jobs()
+        i, kind = divmod(int(action), 3)
+        if not (0 <= i < len(jobs)) or not self._valid(jobs[i], kind):
+            raise ValueError(f"action {action} is not valid in this state (see the action mask)")
+        job = jobs[i]
+        if kind in (PS, BUNDLE):
+            self._add(job, PS)
+        if kind in (WORKER, BUNDLE):
+            self._add(job, WORKER)
+        return True
+
+    def action_for(self, job: JobState, kind: int) -> int | None:
+        """The action index that gives `job` a task of `kind` now, or None if it is not valid."""
+        for i, j in enumerate(self.window_jobs()):
+            if j is job:
+                return 3 * i + kind if self._valid(job, kind) else None
+        return None
+
+    def plan(self) -> Plan:
+        """Every job with at least its minimum gang, at what the slot gave it. A job whose size is
+        unchanged keeps its current nodes when they are free in this plan, so it does not restart."""
+        plan = Plan()
+        for job in self.jobs:
+            placed = {n: (w, p) for n, (w, p) in self.counts[job.job_id].items() if w or p}
+            if not placed:
+                continue
+            alloc = Allocation.of(placed)
+            s = job.spec
+            if alloc.num_workers < s.min_workers or alloc.num_ps < s.min_ps:
+                continue
+            plan.assign(job.job_id, alloc)
+        return _keep_unchanged(plan, self.snap)
+
+
+def _keep_unchanged(plan: Plan, snap: Snapshot) -> Plan:
+    """Swap in a job's current allocation when its counts did not change and the swap fits
+    (checked against every other planned allocation), so the engine does not restart it."""
+    by_id = {j.job_id: j for j in snap.running}
+    specs = {j.job_id: j.spec for j in snap.running + snap.pending}
+    used = np.zeros_like(snap.cluster.capacity, dtype=float)
+    for jid, a in plan.allocations.items():
+        s = specs[jid]
+        np.add.at(used, list(a.nodes), a.usage(np.asarray(s.worker_demand), np.asarray(s.ps_demand)))
+    for jid, new in list(plan.allocations.items()):
+        job = by_id.get(jid)
+        if job is None or job.allocation is None or job.allocation == new:
+            continue
+        old = job.allocation
+        if (old.num_workers, old.num_ps) != (new.num_workers, new.num_ps):
+            continue
+        s = job.spec
+        wd, pd = np.asarray(s.worker_demand), np.asarray(s.ps_demand)
+        trial = used.copy()
+        np.subtract.at(trial, list(new.nodes), new.usage(wd, pd))
+        np.add.at(trial, list(old.nodes), old.usage(wd, pd))
+        if (trial <= snap.cluster.capacity + _EPS).all():
+            used = trial
+            plan.allocations[jid] = old
+    return plan

@@ -1,0 +1,160 @@
+"""DL2: the slot builder, the Gymnasium environment, replay, warm-up, the policy and the pipeline."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dlsched.core import Cluster, JobSpec
+from dlsched.core.errors import ConfigError
+from dlsched.policies.drf import drf
+from dlsched.rl.dl2_network import DL2Net
+from dlsched.rl.env import SchedulingEnv
+from dlsched.rl.replay import PrioritizedReplay
+from dlsched.rl.slot_builder import ROWS, action_dim
+from dlsched.rl.warmup import collect, train_supervised
+from dlsched.sim.config import SimConfig
+from dlsched.sim.engine import simulate
+from dlsched.throughput.parameter_server import ParameterServerModel
+
+SLOT = 600.0
+
+
+def ps_jobs(n: int, seed: int) -> list[JobSpec]:
+    rng = np.random.default_rng(seed)
+    return [JobSpec(job_id=f"j{i}", submit_time=float(rng.integers(0, 4)) * SLOT, iterations=float(rng.integers(200, 3000)),
+                    num_workers=1, min_workers=1, max_workers=int(rng.integers(1, 6)), arch="ps", model="ps:t",
+                    num_ps=1, min_ps=1, max_ps=int(rng.integers(1, 4)), worker_demand=(1.0, 2.0, 4.0),
+                    ps_demand=(0.0, 2.0, 4.0), work_known=True, extra={"compute_s": 0.2, "model_size_mb": 50.0})
+            for i in range(n)]
+
+
+def make_env(n: int = 8, window: int = 4, nodes: int = 3) -> SchedulingEnv:
+    cluster = Cluster.homogeneous("t", nodes=nodes, gpus=4, cpus=16, mem=64)
+    return SchedulingEnv(lambda s: ps_jobs(n, s), cluster, ParameterServerModel(), window=window,
+                         slot_seconds=SLOT, config=SimConfig(restart_overhead=0))
+
+
+def random_episode(env: SchedulingEnv, seed: int, stop_prob: float = 0.1) -> tuple[float, int]:
+    rng = np.random.default_rng(seed)
+    obs, info = env.reset(seed=seed)
+    total, steps = 0.0, 0
+    while True:
+        assert obs.shape == (ROWS, env.window) and info["action_mask"][-1]
+        valid = np.flatnonzero(info["action_mask"])
+        a = int(valid[-1]) if rng.random() < stop_prob else int(rng.choice(valid))
+        obs, r, term, trunc, info = env.step(a)
+        total += r
+        steps += 1
+        if term or trunc:
+            return total, steps
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_random_valid_actions_always_give_valid_plans_and_the_rewards_sum_to_the_jobs_finished(seed):
+    env = make_env()
+    total, _ = random_episode(env, seed)
+    result = env.result  # the engine validated every plan (capacity, gang, caps) on the way
+    assert (result.jobs.status == "done").all()
+    assert total == pytest.approx(len(result.jobs))  # each job's slot fractions add up to 1
+
+
+def test_invalid_action_is_an_error_not_a_silent_no_op():
+    env = make_env()
+    _, info = env.reset(seed=1)
+    invalid = np.flatnonzero(~info["action_mask"])
+    assert len(invalid) > 0
+    with pytest.raises(ValueError, match="not valid"):
+        env.step(int(invalid[0]))
+
+
+def test_same_seed_same_episode():
+    a = make_env()
+    b = make_env()
+    assert random_episode(a, 7) == random_episode(b, 7)
+    assert a.result.summary["mean_jct"] == b.result.summary["mean_jct"]
+
+
+def test_every_job_gets_its_minimum_gang_before_the_agent_acts():
+    env = make_env(n=3, window=4, nodes=3)
+    env.reset(seed=0)
+    b = env.builder
+    for job in b.jobs:
+        assert (b.workers(job), b.ps(job)) == (job.spec.min_workers, job.spec.min_ps)
+
+
+def test_replay_samples_by_priority_and_clips_errors():
+    rb = PrioritizedReplay(4, (2,), 3, seed=0)
+    for r in (0.0, 0.0, 0.0, 10.0):
+        rb.add(np.zeros(2), np.ones(3, bool), 0, r)
+    idx, *_ , w = rb.sample(2000)
+    assert (idx == 3).mean() > 0.5  # the surprising sample is drawn most
+    assert w.max() == pytest.approx(1.0)
+    rb.update(np.array([3]), np.array([100.0]))
+    assert rb.priority[3] == pytest.approx((1.0 + rb.eps) ** rb.alpha)
+
+
+def test_warmup_imitates_the_teacher():
+    env = make_env(n=10, window=6)
+    data = collect(env, drf, [1, 2, 3])
+    assert len(data) > 50 and data.masks[np.arange(len(data)), data.actions].all()
+    torch.manual_seed(0)
+    net = DL2Net(6)
+    losses = train_supervised(net, data, epochs=40, lr=0.005, batch=64)
+    assert losses[-1] < 0.5 * losses[0]
+    with torch.no_grad():
+        acc = (net.logits(torch.from_numpy(data.states), torch.from_numpy(data.masks)).argmax(1).numpy() == data.actions).mean()
+    majority = np.bincount(data.actions).max() / len(data)
+    assert acc > max(0.7, majority + 0.1)  # learned the teacher, not just its most common action
+
+
+def test_dl2_policy_runs_in_the_simulator_and_every_job_finishes():
+    from dlsched.policies.dl2 import DL2Policy
+
+    torch.manual_seed(0)
+    net = DL2Net(4).eval()
+    cluster = Cluster.homogeneous("t", nodes=3, gpus=4, cpus=16, mem=64)
+    r = simulate(ps_jobs(8, 3), cluster, DL2Policy(net, slot_seconds=SLOT), ParameterServerModel(), SimConfig(restart_overhead=0))
+    assert (r.jobs.status == "done").all() and r.summary["policy_calls"] > 0
+
+
+def test_dl2_without_a_model_says_how_to_get_one(tmp_path):
+    from dlsched.policies.dl2 import dl2
+
+    with pytest.raises(ConfigError, match="dlsched train dl2"):
+        dl2(model=str(tmp_path / "none.pt"))
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(ConfigError, match="not a DL2 model"):
+        dl2(model=str(bad))
+
+
+def test_action_dim_matches_dl2():
+    assert action_dim(20) == 61
+
+
+def test_training_pipeline_writes_a_model_and_resumes_without_redoing_work(tmp_path):
+    from dlsched.paths import traces_dir
+
+    if traces_dir() is None:
+        pytest.skip("needs ../shared/traces (DL2 workload constants and speeds)")
+    from dlsched.policies.dl2 import dl2
+    from dlsched.rl.train_dl2 import DL2TrainConfig, train_dl2
+
+    cfg = DL2TrainConfig(num_jobs=6, warmup_traces=1, warmup_epochs=2, rl_episodes=2, validate_every=1,
+                         validation_traces=1, batch=16, replay=64, window=4)
+    phases: list[str] = []
+    meta = train_dl2(cfg, tmp_path, progress=lambda phase, done, total, note: phases.append(phase))
+    assert {"warm-up: training", "RL: actor-critic"} <= set(phases)
+    assert (tmp_path / "model.pt").exists() and (tmp_path / "validation.csv").read_text().count("\n") == 4  # header, before RL, 2 episodes
+    assert np.isfinite(meta["best_validation_jct_s"])
+    phases.clear()
+    train_dl2(cfg, tmp_path, resume=True, progress=lambda phase, done, total, note: phases.append(phase))
+    assert not phases  # everything was done: nothing re-run
+    assert dl2(model=str(tmp_path / "model.pt")).window == 4
+    with pytest.raises(ConfigError, match="another config"):
+        train_dl2(cfg.model_copy(update={"rl_episodes": 3}), tmp_path, resume=True)
