@@ -49,7 +49,8 @@ def _run(
     from dlsched.experiment import run_policies
     from dlsched.metrics.report import write_report
     from dlsched.metrics.table import render_table, summary_rows
-    from dlsched.policies.registry import BASELINES, parse_policy_list
+    from dlsched.core.utility import with_default_utilities
+    from dlsched.policies.registry import BASELINES, UTILITY_DRIVEN, parse_policy_list
     from dlsched.presets import load_cluster
     from dlsched.run_config import load_run_config
     from dlsched.throughput.registry import default_throughput
@@ -75,10 +76,21 @@ def _run(
     cluster = load_cluster(cluster_name or cfg.cluster or workload.cluster)
     throughput = default_throughput(duration_alpha=cfg.throughput.duration_alpha, dl2=cfg.throughput.dl2)
     out_dir = Path(out or cfg.out or "dlsched-report")
+    utility_note = None
+    driven = [n for n in names if n in UTILITY_DRIVEN]
+    if driven:  # score every policy of the comparison on the same utilities
+        workload.jobs, filled = with_default_utilities(workload.jobs)
+        if filled:
+            utility_note = (
+                f"{filled} of {len(workload.jobs)} jobs had none, so all policies are scored on the default "
+                f"from duration d (value 1, target 2d, decay 4/d), as {'/'.join(driven)} needs one"
+            )
     if not quiet:
         console.print(f"[bold]workload[/] {workload.name}: {len(workload.jobs)} jobs from {workload.source}")
         console.print(f"[bold]cluster[/]  {cluster.describe()}")
         console.print(f"[bold]policies[/] {', '.join(names)}")
+        if utility_note:
+            console.print(f"[bold]utility[/]  {utility_note}")
 
     total = len(workload.jobs)
     with Progress(
@@ -102,6 +114,8 @@ def _run(
 
     results = comparison.results
     notes = [f"simulated in {r.wall_seconds:.1f} s wall time: {r.name}" for r in comparison.runs]
+    if utility_note:
+        notes.insert(0, f"Utility: {utility_note}.")
     if workload.attribution:
         notes.insert(0, workload.attribution)
     index = write_report(
@@ -171,9 +185,10 @@ def list_policies() -> None:
     """List the scheduling policies."""
     from dlsched.policies.registry import BASELINES, POLICIES
 
+    width = max(map(len, POLICIES)) + 2
     for name, (_, _, desc) in POLICIES.items():
         mark = " (baseline)" if name in BASELINES else ""
-        console.print(f"[bold]{name:<14}[/]{desc}{mark}")
+        console.print(f"[bold]{name:<{width}}[/]{desc}{mark}")
 
 
 @app.command("presets")

@@ -24,6 +24,67 @@ experiment_app = typer.Typer(
 # @experiment_app.command("<name>") and dlsched.cli_support.friendly.
 
 
+@experiment_app.command("oasis")
+@_friendly
+def oasis_experiment(
+    out: Path = typer.Option(Path("oasis-results"), "--out", "-o", help="Folder for the CSV/markdown tables and PNG plots."),
+    jobs: str = typer.Option("100,200,300,400", "--jobs", help="Comma-separated job counts for Fig. 3 (paper: 100,200,300,400)."),
+    seeds: int = typer.Option(3, "--seeds", min=1, help="Workload seeds per setting; results are averaged over them."),
+    quick: bool = typer.Option(False, "--quick", help="Small smoke run: 40 and 80 jobs, one seed (about a minute)."),
+    trace: Optional[str] = typer.Option(None, "--trace", help="Instead of the paper's figures, run the policies on this real trace "
+                                        "(jobs get a utility derived from their duration)."),
+    limit: Optional[int] = typer.Option(200, "--limit", help="With --trace: first N jobs."),
+    policies: str = typer.Option("oasis,fifo,drf,rrh", "--policies", help="With --trace: policies to compare."),
+    variants: bool = typer.Option(False, "--variants", help="Instead of the figures, run OASiS' design variants "
+                                  "(order, L floor, release, U/L scale, restart overhead) and RRH/Dorm on the Fig. 3 "
+                                  "workload at the largest --jobs count and seed 0 (80 jobs with --quick)."),
+) -> None:
+    """Rerun OASiS' Fig. 3 (total utility vs jobs, T=300) and Fig. 4 (completion vs target, T=100) on the
+    paper's setup against FIFO, DRF, RRH and Dorm; or, with --trace, compare on a real trace; or, with
+    --variants, measure the design choices of docs/OASIS.md."""
+    from rich.progress import Progress
+
+    from dlsched.core.errors import ConfigError
+    from dlsched.experiments import oasis as exp
+    from dlsched.policies.registry import parse_policy_list
+
+    if trace:
+        names = parse_policy_list(policies)
+        with Progress(console=_console, transient=True) as bar:
+            task = bar.add_task("trace", total=len(names))
+            df = exp.run_trace(trace, limit, names, out, step=lambda d: bar.update(task, advance=1, description=d))
+        _console.print(df.to_string(index=False))
+        _console.print(f"wrote {out}/trace_table.csv")
+        return
+    try:
+        counts = [int(x) for x in jobs.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"--jobs must be comma-separated integers, got {jobs!r}") from None
+    seed_list = list(range(seeds))
+    if quick:
+        counts, seed_list = [40, 80], [0]
+    if variants:
+        if not counts:
+            raise ConfigError("--jobs needs a positive job count")
+        with Progress(console=_console, transient=True) as bar:
+            task = bar.add_task("OASiS variants", total=len(exp.VARIANTS))
+            df, stats = exp.run_variants(out, max(counts), seed=0,
+                                         step=lambda d: bar.update(task, advance=1, description=d))
+        _console.print(df.round(4).to_string(index=False))
+        _console.print("workload: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in stats.items()))
+        _console.print(f"wrote {out}/variants_table.csv and {out}/variants.md")
+        return
+    total = (len(counts) + 1) * len(seed_list) * len(exp.POLICIES)
+    with Progress(console=_console, transient=True) as bar:
+        task = bar.add_task("OASiS Fig. 3 + Fig. 4", total=total)
+        res = exp.run_experiment(out, counts, seed_list, step=lambda d: bar.update(task, advance=1, description=d))
+    _console.print(res["fig3"].round(3).to_string())
+    _console.print(res["fig4"].round(2).to_string(index=False))
+    t = res["timing"]
+    _console.print(f"OASiS decision time per arrival: mean {t['mean_ms']:.1f} ms, max {t['max_ms']:.1f} ms")
+    _console.print(f"wrote tables and plots to {out}/")
+
+
 @experiment_app.command("dragon")
 @_friendly
 def dragon_experiment(
@@ -61,6 +122,34 @@ def dragon_experiment(
     )
     _console.print(report.ablation.round(3).to_string(index=False))
     _console.print(f"wrote {', '.join(str(f) for f in report.files)}")
+
+
+@experiment_app.command("qos")
+@_friendly
+def qos_experiment(
+    out: Path = typer.Option(Path("qos-results"), "--out", "-o", help="Folder for qos_results.csv/.md, gains, prediction errors and qos_deadlines.png."),
+    quick: bool = typer.Option(False, "--quick", help="Small smoke run: 24 synthetic jobs and the first 60 ITP jobs."),
+    seed: int = typer.Option(0, "--seed", help="First seed of the synthetic workload (also the simulator's seed)."),
+    seeds: int = typer.Option(5, "--seeds", min=1, help="Synthetic workloads drawn (seeds seed..seed+N-1); figures are means over them. --quick uses 1."),
+    itp: Optional[Path] = typer.Option(None, "--itp", help="One ITP deadline trace to use instead of the default two (shared traces' elasticflow/195job.csv and cluster10.csv)."),
+    restart_overhead: float = typer.Option(10.0, "--restart-overhead", min=0, help="Seconds a resized job pauses (the prototype's start-up + load delay)."),
+) -> None:
+    """Rerun the QoS deadline framework's evaluation (Xing et al., IJCNN'19): deadline completion rate,
+    JCT and utilization of allocated resources for QoS vs default Kubernetes, FIFO, EDF and the
+    autoscaler alone, on a paper-like synthetic workload and the ITP deadline trace, each with
+    insufficient and sufficient resources; plus the completion predictor's error."""
+    from dlsched.experiments.qos import run_qos
+
+    res = run_qos(out, quick=quick, seed=seed, seeds=1 if quick else seeds, itp=itp,
+                  restart_overhead=restart_overhead, console=_console)
+    cols = ["workload", "resources", "nodes", "policy", "runs", "deadline_met", "feasible_met", "rejected", "mean_jct_s", "alloc_util"]
+    _console.print(res["summary"][cols].round(3).to_string(index=False))
+    g = res["gain_summary"]
+    _console.print(g[g.baseline.isin(["kube-default", "kube-autoscale"])].round(3).to_string(index=False))
+    e = res["errors"]
+    if len(e):
+        _console.print(e[e.source == "all"].round(3).to_string(index=False))
+    _console.print(f"wrote tables and plot to {out}/")
 
 
 @experiment_app.command("dl2")

@@ -21,7 +21,18 @@ POLICIES: dict[str, tuple[str, str, str]] = {
     "kube-default": ("dlsched.policies.kube_default", "kube_default", "default Kubernetes: pod by pod, spreading, no gang"),
     "dl2": ("dlsched.policies.dl2", "dl2", "DL2: neural network (warm-up on DRF, then RL) sizing workers/PSs every slot"),
     "dragon": ("dlsched.policies.dragon", "dragon", "DRAGON: dependency-aware gang, locality placement, load-aware scaling"),
+    "oasis": ("dlsched.policies.oasis", "oasis", "OASiS: online primal-dual admission, committed per-slot plans (utility-driven)"),
+    "rrh": ("dlsched.policies.rrh", "rrh", "risk-reward heuristic: admit/continue/pause by utility minus delay cost"),
+    "dorm": ("dlsched.policies.dorm", "dorm", "Dorm: MILP re-optimising counts for utilisation under fairness/adjustment limits"),
+    "qos": ("dlsched.policies.qos", "qos", "QoS deadline framework: EDF + feasibility + predictive autoscaling"),
+    "edf": ("dlsched.policies.edf", "edf", "earliest deadline first at requested sizes, no autoscaling"),
+    "kube-autoscale": ("dlsched.policies.qos", "kube_autoscale", "arrival order, spreading, with the QoS autoscaler"),
 }
+
+#: Policies that decide by job utility: a comparison including one gives every job without a
+#: utility the duration-derived default (`core.utility.with_default_utilities`) before any policy
+#: runs, so all policies in it are scored on the same utilities.
+UTILITY_DRIVEN: frozenset[str] = frozenset({"oasis", "rrh"})
 
 #: The six baselines `dlsched simulate` compares by default.
 BASELINES: tuple[str, ...] = ("fifo", "srtf", "drf", "tiresias", "optimus", "kube-default")

@@ -1,0 +1,318 @@
+"""Rerun OASiS' evaluation (INFOCOM 2018, Sec. V-A): Fig. 3 (total utility vs number of jobs, T = 300)
+and Fig. 4 (actual minus target completion time per utility class, 100 time-sensitive + 100
+time-critical jobs, T = 100), on the paper's setup (`traces.oasis_workload`), plus OASiS on a real
+trace with duration-derived utilities.
+
+Every number written comes from the runs; the paper's values (read off its bar charts, see
+shared/research/oasis-dualagent.md A.9) are printed next to them and labelled as the paper's.
+All policies run with no restart overhead (the paper ignores set-up overheads, A.1) and stop at the
+horizon T: a job not done by then earns nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from dlsched.core.errors import ConfigError
+from dlsched.core.utility import classify, with_default_utilities
+from dlsched.policies.registry import make_policy
+from dlsched.sim.config import SimConfig
+from dlsched.sim.engine import simulate
+from dlsched.throughput.oasis_model import OASiSModel
+from dlsched.traces.oasis_workload import oasis_workload, paper_cluster
+
+POLICIES = ("oasis", "fifo", "drf", "rrh", "dorm")
+SLOT = 3600.0
+#: the paper's Fig. 3, total utility x 10^4 (A.9), for comparison only
+PAPER_FIG3 = {
+    100: {"oasis": 0.30, "fifo": 0.09, "drf": 0.23, "rrh": 0.07, "dorm": 0.27},
+    200: {"oasis": 0.51, "fifo": 0.11, "drf": 0.14, "rrh": 0.15, "dorm": 0.34},
+    300: {"oasis": 0.67, "fifo": 0.04, "drf": 0.09, "rrh": 0.18, "dorm": 0.39},
+    400: {"oasis": 0.75, "fifo": 0.09, "drf": 0.10, "rrh": 0.19, "dorm": 0.37},
+}
+#: the paper's Fig. 4 medians (slots): (time-critical, time-sensitive)
+PAPER_FIG4 = {"oasis": (-2, 0), "fifo": (50, 63), "drf": (49, 43), "rrh": (98, 55), "dorm": (48, 50)}
+
+Progress = Callable[[str], None]
+
+
+def _policy(name: str, horizon: int, oasis_options: dict | None = None):
+    if name == "oasis":
+        return make_policy("oasis", slot_seconds=SLOT, horizon=horizon, rolling=False, **(oasis_options or {}))
+    return make_policy(name)
+
+
+def run_setting(num_jobs: int, seed: int, horizon: int, policies=POLICIES, mix=None, oasis_options=None, step: Progress | None = None):
+    """One workload, every policy: yields (policy name, SimResult, policy object, wall seconds)."""
+    kw = {} if mix is None else {"mix": mix}
+    jobs = oasis_workload(num_jobs, seed=seed, slot_seconds=SLOT, arrival_slots=max(1, (2 * horizon) // 3), **kw)
+    cluster = paper_cluster(seed=seed)
+    cfg = SimConfig(seed=seed, restart_overhead=0.0, max_time=horizon * SLOT)
+    for name in policies:
+        pol = _policy(name, horizon, oasis_options)
+        t0 = time.perf_counter()
+        res = simulate(jobs, cluster, pol, OASiSModel(), cfg)
+        wall = time.perf_counter() - t0
+        if step:
+            step(f"{name} {num_jobs} jobs seed {seed}")
+        yield name, jobs, res, pol, wall
+
+
+def fig3(job_counts, seeds, horizon: int = 300, policies=POLICIES, step: Progress | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per (jobs, seed, policy): total utility and counts; and every OASiS admission decision."""
+    rows, decisions = [], []
+    for n in job_counts:
+        for seed in seeds:
+            for name, _, res, pol, wall in run_setting(n, seed, horizon, policies, step=step):
+                s = res.summary
+                rows.append(dict(jobs=n, seed=seed, policy=name, total_utility=s["total_utility"], finished=s["finished"],
+                                 rejected=s["rejected"], unfinished=s["unfinished"], wall_seconds=wall))
+                if name == "oasis":
+                    decisions += [dict(jobs=n, seed=seed, **d) for d in pol.decisions]
+    return pd.DataFrame(rows), pd.DataFrame(decisions)
+
+
+def fig4(seeds, horizon: int = 100, policies=POLICIES, step: Progress | None = None) -> pd.DataFrame:
+    """Actual minus target completion time (slots) of every completed job, with its class."""
+    rows = []
+    for seed in seeds:
+        for name, jobs, res, _, _ in run_setting(200, seed, horizon, policies, mix=(0.0, 0.5, 0.5), step=step):
+            spec = {j.job_id: j for j in jobs}
+            for r in res.jobs.itertuples():
+                j = spec[r.job_id]
+                cls = classify(j.utility, SLOT)
+                rows.append(dict(seed=seed, policy=name, cls=cls.value if cls else "", status=r.status,
+                                 delta=(r.jct - j.utility.gamma3) / SLOT if r.status == "done" else np.nan,
+                                 utility=r.utility))
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------- tables and plots
+def fig3_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Mean total utility per job count and policy, the OASiS ratios, and the paper's ratios."""
+    mean = df.groupby(["jobs", "policy"])["total_utility"].mean().unstack("policy")
+    out = mean.copy()
+    for other in [p for p in mean.columns if p != "oasis"]:
+        if "oasis" in mean.columns:
+            out[f"oasis/{other}"] = mean["oasis"] / mean[other]
+            out[f"paper oasis/{other}"] = [
+                PAPER_FIG3[n]["oasis"] / PAPER_FIG3[n][other] if n in PAPER_FIG3 else np.nan for n in mean.index
+            ]
+    return out
+
+
+def fig4_table(df: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for (pol, cls), g in df.groupby(["policy", "cls"]):
+        d = g["delta"].dropna()
+        paper = PAPER_FIG4.get(pol, (np.nan, np.nan))
+        rows.append(dict(policy=pol, cls=cls, jobs=len(g), completed=len(d),
+                         median=float(d.median()) if len(d) else np.nan,
+                         q25=float(d.quantile(0.25)) if len(d) else np.nan, q75=float(d.quantile(0.75)) if len(d) else np.nan,
+                         paper_median=paper[0] if cls == "time-critical" else paper[1]))
+    return pd.DataFrame(rows)
+
+
+def _plots(t3: pd.DataFrame, d4: pd.DataFrame, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pols = [p for p in POLICIES if p in t3.columns]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    x = np.arange(len(t3.index))
+    w = 0.8 / max(1, len(pols))
+    for i, p in enumerate(pols):
+        ax.bar(x + i * w, t3[p].to_numpy(), w, label=p)
+    ax.set_xticks(x + 0.4 - w / 2, [str(n) for n in t3.index])
+    ax.set_xlabel("number of jobs")
+    ax.set_ylabel("total utility (mean over seeds)")
+    ax.set_title("OASiS Fig. 3 rerun (T = 300)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "fig3_total_utility.png", dpi=120)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 4), sharey=True)
+    for ax, cls in zip(axes, ("time-critical", "time-sensitive")):
+        data = [d4[(d4.policy == p) & (d4.cls == cls)]["delta"].dropna().to_numpy() for p in pols]
+        ax.boxplot([d if len(d) else [np.nan] for d in data], showfliers=False)
+        ax.set_xticks(range(1, len(pols) + 1), pols)
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_title(cls)
+    axes[0].set_ylabel("actual - target completion (slots), completed jobs")
+    fig.suptitle("OASiS Fig. 4 rerun (100 time-sensitive + 100 time-critical jobs, T = 100)")
+    fig.tight_layout()
+    fig.savefig(out / "fig4_completion_vs_target.png", dpi=120)
+    plt.close(fig)
+
+
+def _md(df: pd.DataFrame, floatfmt: str = ".3g") -> str:
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(str(c) for c in cols) + " |", "|" + "---|" * len(cols)]
+    for row in df.itertuples(index=False):
+        cells = [format(v, floatfmt) if isinstance(v, (float, np.floating)) else str(v) for v in row]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def run_experiment(out: Path, job_counts, seeds, fig4_seeds=None, step: Progress | None = None) -> dict:
+    """Fig. 3 and Fig. 4; writes CSVs, a markdown summary and PNGs into `out`. Returns the tables."""
+    if not job_counts or any(n <= 0 for n in job_counts):
+        raise ConfigError("--jobs needs positive job counts, e.g. 100,200,300,400")
+    if not seeds:
+        raise ConfigError("--seeds must be >= 1")
+    out.mkdir(parents=True, exist_ok=True)
+    raw3, dec = fig3(job_counts, seeds, step=step)
+    raw4 = fig4(fig4_seeds if fig4_seeds is not None else seeds, step=step)
+    t3, t4 = fig3_table(raw3), fig4_table(raw4)
+    raw3.to_csv(out / "fig3_runs.csv", index=False)
+    dec.to_csv(out / "oasis_decisions.csv", index=False)
+    t3.to_csv(out / "fig3_table.csv")
+    raw4.to_csv(out / "fig4_jobs.csv", index=False)
+    t4.to_csv(out / "fig4_table.csv", index=False)
+    ms = dec["decision_seconds"].to_numpy() * 1000 if len(dec) else np.array([np.nan])
+    timing = dict(mean_ms=float(np.mean(ms)), p95_ms=float(np.percentile(ms, 95)), max_ms=float(np.max(ms)))
+    _plots(t3, raw4, out)
+    md = [
+        "# OASiS evaluation rerun",
+        "",
+        f"Seeds: {list(seeds)}; job counts: {list(job_counts)}; slot = {SLOT:g} s; restart overhead 0.",
+        "",
+        "## Fig. 3: total utility (mean over seeds), OASiS ratios, and the paper's ratios",
+        "",
+        _md(t3.reset_index()),
+        "",
+        "## Fig. 4: actual - target completion time (slots) of completed jobs",
+        "",
+        _md(t4),
+        "",
+        f"OASiS decision time per arrival (Fig. 3 runs): mean {timing['mean_ms']:.1f} ms, "
+        f"p95 {timing['p95_ms']:.1f} ms, max {timing['max_ms']:.1f} ms.",
+    ]
+    (out / "summary.md").write_text("\n".join(md) + "\n")
+    return {"fig3": t3, "fig4": t4, "timing": timing, "fig3_runs": raw3}
+
+
+def run_trace(trace: str, limit: int | None, policies, out: Path, seed: int = 0, step: Progress | None = None) -> pd.DataFrame:
+    """Policies on a real trace; every job gets the `from_duration` default utility so total utility is comparable."""
+    from dlsched.presets import load_cluster
+    from dlsched.throughput.registry import default_throughput
+    from dlsched.traces import load_trace
+
+    wl = load_trace(trace, None, limit=limit, seed=seed)
+    jobs, _ = with_default_utilities(wl.jobs)
+    cluster = load_cluster(wl.cluster)
+    tp = default_throughput()
+    rows = []
+    for name in policies:
+        pol = make_policy(name)
+        t0 = time.perf_counter()
+        res = simulate(jobs, cluster, pol, tp, SimConfig(seed=seed))
+        s = res.summary
+        rows.append(dict(policy=name, jobs=s["jobs"], total_utility=s["total_utility"], finished=s["finished"],
+                         rejected=s["rejected"], rejection_rate=s["rejected"] / max(1, s["jobs"]),
+                         mean_jct_h=s["mean_jct"] / 3600, wall_seconds=time.perf_counter() - t0))
+        if step:
+            step(f"{name} on {Path(trace).name}")
+    df = pd.DataFrame(rows)
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out / "trace_table.csv", index=False)
+    (out / "trace_summary.md").write_text(f"# Policies on {trace} (limit {limit})\n\n" + _md(df) + "\n")
+    return df
+
+
+# ---------------------------------------------------------------------- variants (decisions, Fig. 6 points)
+#: (label, policy, options, restart overhead s): the design choices docs/OASIS.md argues for, and the
+#: U/L scale sensitivity (Fig. 6 points), each on the Fig. 3 workload at one size and seed.
+VARIANTS: tuple[tuple[str, str, dict, float], ...] = (
+    ("oasis default", "oasis", {}, 0.0),
+    ("oasis order=value", "oasis", {"order": "value"}, 0.0),
+    ("oasis l_min_fraction=0 (literal eq. 25/26)", "oasis", {"l_min_fraction": 0.0}, 0.0),
+    ("oasis release=False", "oasis", {"release": False}, 0.0),
+    ("oasis scale=0.2", "oasis", {"scale": 0.2}, 0.0),
+    ("oasis scale=0.5", "oasis", {"scale": 0.5}, 0.0),
+    ("oasis scale=5", "oasis", {"scale": 5.0}, 0.0),
+    ("oasis scale=20", "oasis", {"scale": 20.0}, 0.0),
+    ("rrh", "rrh", {}, 0.0),
+    ("dorm", "dorm", {}, 0.0),
+    ("oasis restart 600 s", "oasis", {}, 600.0),
+    ("rrh restart 600 s", "rrh", {}, 600.0),
+    ("dorm restart 600 s", "dorm", {}, 600.0),
+)
+
+
+def workload_stats(num_jobs: int, seed: int, horizon: int = 300, max_units: int = 64) -> dict:
+    """What decision 2 (tau in seconds) rests on: mini-batch time, work and fastest completion per job;
+    and how bursty the arrivals are (largest share of jobs submitted within 3 consecutive slots)."""
+    from dlsched.policies.oasis import profile
+    from dlsched.throughput.oasis_model import minibatch_seconds
+
+    jobs = oasis_workload(num_jobs, seed=seed, slot_seconds=SLOT, arrival_slots=max(1, (2 * horizon) // 3))
+    slots = np.floor(np.array([j.submit_time for j in jobs]) / SLOT).astype(int)
+    per_slot = np.bincount(slots)
+    burst3 = float(np.convolve(per_slot, np.ones(3, dtype=int), mode="valid").max() / num_jobs) if len(per_slot) >= 3 else 1.0
+    mb = np.array([minibatch_seconds(j.extra) for j in jobs])
+    profs = [profile(j, SLOT, max_units) for j in jobs]
+    work = np.array([p.work_slots for p in profs])
+    fastest = np.array([p.fastest_slots for p in profs])
+    # tau read in slots: one mini-batch takes at least tau slots, and a worker's M mini-batches of a
+    # chunk are sequential in every one of the E epochs, so even at N workers a job needs E*M*tau slots.
+    tau_slots = np.array([j.extra["epochs"] * j.extra["minibatches"] * j.extra["tau_s"] for j in jobs])
+    return dict(jobs=num_jobs, seed=seed, minibatch_s_min=float(mb.min()), minibatch_s_max=float(mb.max()),
+                median_work_worker_slots=float(np.median(work)), median_fastest_slots=float(np.median(fastest)),
+                max_fastest_slots=float(fastest.max()), median_fastest_slots_if_tau_in_slots=float(np.median(tau_slots)),
+                max_share_of_jobs_in_3_slots=burst3)
+
+
+def run_variants(out: Path, num_jobs: int = 400, seed: int = 0, horizon: int = 300, variants=VARIANTS,
+                 step: Progress | None = None) -> tuple[pd.DataFrame, dict]:
+    """Every variant on `oasis_workload(num_jobs, seed)` and `paper_cluster(seed)`, T = `horizon` slots.
+
+    Writes variants_table.csv and variants.md (with the workload statistics) into `out`. OASiS rows
+    also give the final price constants (U1 on GPUs, L1, eta1, alpha) and Dorm rows the number of
+    events where HiGHS found no incumbent in time (the allocations were kept).
+    """
+    if num_jobs <= 0:
+        raise ConfigError("variants need a positive job count")
+    jobs = oasis_workload(num_jobs, seed=seed, slot_seconds=SLOT, arrival_slots=max(1, (2 * horizon) // 3))
+    cluster = paper_cluster(seed=seed)
+    rows = []
+    for label, name, opts, overhead in variants:
+        pol = _policy(name, horizon, opts) if name == "oasis" else make_policy(name, **opts)
+        cfg = SimConfig(seed=seed, restart_overhead=overhead, max_time=horizon * SLOT)
+        t0 = time.perf_counter()
+        res = simulate(jobs, cluster, pol, OASiSModel(), cfg)
+        s = res.summary
+        row = dict(variant=label, policy=name, restart_overhead_s=overhead, total_utility=s["total_utility"],
+                   finished=s["finished"], rejected=s["rejected"], unfinished=s["unfinished"], restarts=s["restarts"],
+                   wall_seconds=time.perf_counter() - t0)
+        if name == "oasis" and pol.online.terms:
+            c = pol.online.current()
+            row.update(U1_gpu=float(c.U1[0]), L1=float(c.L1), eta1=float(c.eta1), alpha=float(c.alpha))
+        if name == "dorm":
+            row.update(dorm_fallbacks=int(pol.fallbacks))
+        rows.append(row)
+        if step:
+            step(label)
+    df = pd.DataFrame(rows)
+    stats = workload_stats(num_jobs, seed, horizon)
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out / "variants_table.csv", index=False)
+    md = [
+        f"# OASiS variants: {num_jobs} jobs, seed {seed}, T = {horizon} slots (Fig. 3 workload)",
+        "",
+        _md(df, ".4g"),
+        "",
+        "## Workload statistics",
+        "",
+        *(f"- {k}: {v:.4g}" if isinstance(v, float) else f"- {k}: {v}" for k, v in stats.items()),
+    ]
+    (out / "variants.md").write_text("\n".join(md) + "\n")
+    return df, stats

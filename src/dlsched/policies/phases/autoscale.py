@@ -1,0 +1,129 @@
+"""The QoS framework's autoscaler as a sizing phase: grow a job that would miss its deadline.
+
+What the prototype does (Xing et al., IJCNN'19, `ksdl`; seed-systems.md section 4): once a job
+has run `min_predict_step` steps since its last (re)submission, predict its completion; if that is
+after the deadline and the job is below its worker cap, resize it (restart-based) to
+
+    n_new = ceil(c · n · T_pred / (deadline − now − start-up/load delay))
+
+capped at the maximum, then predict again after the warm-up, until the prediction meets the
+deadline or the cap is reached. PS CPU follows the worker count (vertical scaling).
+
+Our choices where the prototype is silent or specific to its testbed:
+- T_pred is the predicted *remaining* stepping time at the current size (our engine checkpoints,
+  so a restart keeps progress); the start-up/load delay is the engine's `restart_overhead`, which
+  a live controller would set to its measured pod restart time.
+- The rule assumes linear scaling (c corrects it). When the job type's fitted speed model
+  (Optimus' estimator, shared) says n_new still misses, n_new grows until it does not (or the cap);
+  and a resize is made only if it is predicted to finish earlier than staying put, restart
+  included — near the deadline a restart can cost more than it gains.
+- A job never shrinks (the prototype never scales down).
+- Sizing a job submitted with only a deadline (`extra["size_by"] == "deadline"`): it starts at
+  the smallest size the speed model predicts meets the deadline with one restart to spare; with
+  no speed measured for its type yet, at its default (the prototype's 1 PS + 1 worker). A job
+  with a requested size starts at that size and may only grow.
+- Vertical PS scaling: `ps_for_workers` (the job's `extra["ps_steps"]` table).
+
+The phase never returns more than `max_workers`; what fits the cluster is the placement's job
+(`dlsched.policies.qos.realise` shrinks a resize to the largest size that fits).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from dlsched.core.errors import ConfigError
+from dlsched.core.snapshot import JobState, JobStatus, Snapshot
+from dlsched.estimators.completion_predictor import Prediction
+from dlsched.policies.phases.deadline import EarliestFinish, ps_for_workers
+
+INITIAL = ("predict", "default")
+
+
+@dataclass(frozen=True)
+class PredictionRecord:
+    """A prediction made at a job's prediction point in one configuration (for error reports)."""
+
+    job_id: str
+    made_at: float
+    workers: int
+    ps: int
+    prediction: Prediction
+
+
+@dataclass(eq=False)
+class Autoscaler:
+    """Sizing phase (see the module docstring). `c` is the default calibration constant; a job's
+    `extra["scale_c"]` overrides it (the prototype: 1.09 LSTM, 1 GAN and autoencoder)."""
+
+    finish: EarliestFinish
+    c: float = 1.0
+    initial: str = "predict"
+    scale: bool = True
+    predictions: dict[tuple[str, float], PredictionRecord] = field(default_factory=dict)
+    last_reason: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.c > 0:
+            raise ConfigError(f"autoscaler: c must be > 0, got {self.c}")
+        if self.initial not in INITIAL:
+            raise ConfigError(f"autoscaler: initial must be one of {', '.join(INITIAL)}, got {self.initial!r}")
+
+    def size(self, snap: Snapshot, jobs: list[JobState]) -> list[tuple[JobState, int, int]]:
+        out = []
+        for job in jobs:
+            running = job.status is JobStatus.RUNNING
+            w = self.grow(snap, job) if running else self.start_size(snap, job)
+            w = max(job.spec.min_workers, min(w, job.spec.max_workers))
+            ps = job.num_ps if running and w == job.num_workers else ps_for_workers(job.spec, w)
+            out.append((job, w, ps))
+        return out
+
+    # ------------------------------------------------------------------ pending jobs
+    def start_size(self, snap: Snapshot, job: JobState) -> int:
+        spec = job.spec
+        by_deadline = spec.extra.get("size_by") == "deadline"
+        lo = spec.min_workers if by_deadline else spec.num_workers
+        default = spec.num_workers
+        if self.initial == "default" or spec.deadline is None or not spec.elastic:
+            return default
+        target = spec.deadline - snap.restart_overhead  # room for one corrective resize
+        for w in range(lo, spec.max_workers + 1):
+            t = self.finish.at(snap, job, w)
+            if t is None:
+                return default  # speed or work unknown: start as asked and measure
+            if t <= target:
+                return w
+        return default  # even the largest misses: the feasibility phase says so; do not hog
+
+    # ------------------------------------------------------------------ running jobs
+    def grow(self, snap: Snapshot, job: JobState) -> int:
+        n = job.num_workers
+        pred = self.finish.predictor.predict(job, snap.now)
+        if pred is None:
+            return n  # before the prediction point
+        key = (job.job_id, float(job.last_start or 0.0))
+        if key not in self.predictions:
+            self.predictions[key] = PredictionRecord(job.job_id, snap.now, n, job.num_ps, pred)
+        spec = job.spec
+        d = spec.deadline
+        if not self.scale or d is None or pred.time <= d or n >= spec.max_workers:
+            return n
+        left = d - snap.now - snap.restart_overhead
+        if left <= 0:
+            self.last_reason[job.job_id] = "too close to its deadline for a restart to pay"
+            return n
+        c = float(spec.extra.get("scale_c", self.c))
+        n_new = math.ceil(c * n * pred.remaining_time / left)
+        n_new = max(n + 1, min(n_new, spec.max_workers))
+        while n_new < spec.max_workers:
+            t = self.finish.at(snap, job, n_new)
+            if t is None or t <= d:
+                break
+            n_new += 1
+        t_new = self.finish.at(snap, job, n_new)
+        if t_new is not None and t_new >= pred.time:
+            self.last_reason[job.job_id] = f"resizing to {n_new} workers would not finish earlier"
+            return n
+        return n_new

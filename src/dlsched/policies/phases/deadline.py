@@ -1,0 +1,194 @@
+"""Deadline phases: earliest-deadline-first ordering and deadline-feasibility admission.
+
+Why a feasibility check at all: under scarcity, a job that cannot meet its deadline even at its
+largest size only takes resources from jobs that still can (the QoS framework's "prefer jobs with
+the least slack that can still meet their deadline", seed-systems.md section 4, our
+reconstruction). Such a job is never dropped silently: it is either rejected with the reason, or
+deprioritised (kept, ordered behind every job that can still make it) and the reason recorded in
+`DeadlineFeasibility.late`.
+
+"Cannot be met" is judged optimistically, from observables only: the low end of the remaining-work
+estimate (exact when the user declared the work, else the job's own loss-curve fit; never the
+history of other jobs or a guess) at an upper bound of the speed at the job's maximum size (linear
+scaling from the type's fastest measured point per worker, or the fitted speed model of Optimus,
+shared, when that is faster), plus a restart pause if the job must be resized to get there. A job whose speed or work is unknown is never judged infeasible: no
+evidence, no rejection.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+from dlsched.core.errors import ConfigError
+from dlsched.core.job import JobSpec
+from dlsched.core.snapshot import JobState, JobStatus, Snapshot
+from dlsched.estimators.completion_predictor import CompletionPredictor
+from dlsched.estimators.speed_model import SpeedPool
+
+MODES = ("reject", "deprioritise")
+#: Remaining-work sources about the job itself, the only ones a rejection may rest on.
+JUDGED = ("known", "oracle", "fit")
+
+
+def ps_for_workers(spec: JobSpec, workers: int) -> int:
+    """PS pods for `workers` workers: the job's vertical-scaling table `extra["ps_steps"]`
+    ([[up to w workers, PS pods], ...], the prototype's PS-CPU steps), else its requested PS count,
+    always within its PS range."""
+    if spec.max_ps == 0:
+        return 0
+    steps = spec.extra.get("ps_steps")
+    ps = spec.num_ps
+    if steps:
+        ps = next((int(p) for lim, p in steps if workers <= lim), int(steps[-1][1]))
+    return min(spec.max_ps, max(spec.min_ps, ps))
+
+
+def candidate_sizes(lo: int, hi: int) -> list[int]:
+    """Sizes worth evaluating between lo and hi: both ends and the powers of two between (a job
+    allowed 128 workers need not be priced at each of them on every call)."""
+    sizes = {lo, hi}
+    k = 1
+    while k < hi:
+        if k > lo:
+            sizes.add(k)
+        k *= 2
+    return sorted(sizes)
+
+
+@dataclass(eq=False)
+class EarliestFinish:
+    """The earliest completion a job could reach at a given size, from the shared estimators.
+
+    `speed(job, workers)` is the type's fitted speed (iterations/s) at that size, None when the
+    type was never measured. The policy that owns this object calls `observe` once per call.
+    """
+
+    predictor: CompletionPredictor = field(default_factory=CompletionPredictor)
+    speeds: SpeedPool = field(default_factory=SpeedPool)
+
+    def observe(self, snap: Snapshot) -> None:
+        jobs = snap.running + snap.pending
+        for j in jobs:
+            self.speeds.observe(j)
+        self.predictor.observe(jobs)
+
+    def speed(self, job: JobState, workers: int) -> float | None:
+        if workers == job.num_workers and job.status is JobStatus.RUNNING and job.rate > 0:
+            return job.rate  # measured beats modelled
+        return self.speeds.model(job.spec).predict(ps_for_workers(job.spec, workers), workers)
+
+    def pause(self, snap: Snapshot, job: JobState, workers: int) -> float:
+        """Seconds before the job steps again at `workers`: a restart unless it already runs so,
+        or it has never started (first start; the engine's start-up delay is not visible)."""
+        if job.status is JobStatus.RUNNING:
+            if workers == job.num_workers:
+                return max(0.0, job.resume_at - snap.now)
+            return snap.restart_overhead
+        return snap.restart_overhead if job.first_start is not None else 0.0
+
+    def upper_speed(self, job: JobState, workers: int) -> float | None:
+        """A speed the job cannot beat at `workers`: linear scaling from its type's fastest
+        measured point per worker, or the model if that is faster. Optimus' prior penalises a PS
+        job with fewer PSs than workers, which can make it *pessimistic*; a rejection must not
+        rest on that."""
+        pts = self.speeds.points(job.spec)
+        if job.status is JobStatus.RUNNING and job.rate > 0 and job.num_workers > 0:
+            pts = {**pts, (job.num_ps, job.num_workers): job.rate}
+        if not pts:
+            return None
+        linear = max(f / w * workers for (_, w), f in pts.items() if w > 0)
+        model = self.speed(job, workers)
+        return max(linear, model or 0.0)
+
+    def at(self, snap: Snapshot, job: JobState, workers: int, optimistic: bool = False) -> float | None:
+        """Completion time at `workers` workers (None = unknown). `optimistic` uses the low end of
+        the remaining-work range and an upper bound of the speed (`upper_speed`)."""
+        f = self.upper_speed(job, workers) if optimistic else self.speed(job, workers)
+        if f is None or not f > 0:
+            return None
+        est = self.predictor.remaining(job)
+        if optimistic and est.source not in JUDGED:
+            return None  # other jobs' history or a guess is no evidence to reject this one
+        work = est.low if optimistic else est.remaining
+        if not math.isfinite(work):
+            return None
+        return snap.now + self.pause(snap, job, workers) + work / f
+
+    def best(self, snap: Snapshot, job: JobState) -> float | None:
+        """Earliest optimistic completion over the job's sizes (None when nothing is known)."""
+        lo = job.num_workers if job.status is JobStatus.RUNNING else job.spec.min_workers
+        times = [self.at(snap, job, w, optimistic=True) for w in candidate_sizes(max(lo, 1), job.spec.max_workers)]
+        known = [t for t in times if t is not None]
+        return min(known) if known else None
+
+
+@dataclass(eq=False)
+class DeadlineFeasibility:
+    """Admission: reject (or deprioritise) jobs whose deadline cannot be met even at max size.
+
+    `late` holds {job_id: reason} of every job judged unable to make its deadline in the last
+    call, running ones included (they are never rejected: a running job is only deprioritised).
+    """
+
+    finish: EarliestFinish
+    mode: str = "reject"
+    late: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"deadline feasibility mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+
+    def admit(self, snap: Snapshot, jobs: list[JobState]) -> tuple[list[JobState], dict[str, str]]:
+        self.late = {}
+        admitted: list[JobState] = []
+        rejected: dict[str, str] = {}
+        for job in jobs:
+            reason = self.reason(snap, job)
+            if reason and self.mode == "reject" and job.status is JobStatus.PENDING:
+                rejected[job.job_id] = reason
+                continue
+            if reason:
+                self.late[job.job_id] = reason
+            admitted.append(job)
+        return admitted, rejected
+
+    def reason(self, snap: Snapshot, job: JobState) -> str:
+        """Why the job cannot meet its deadline, or "" if it still can (or nobody can tell)."""
+        d = job.spec.deadline
+        if d is None:
+            return ""
+        if snap.now >= d:
+            return f"deadline {d:.0f} s passed (now {snap.now:.0f} s) before the job finished"
+        if job.status is JobStatus.RUNNING and not self.finish.predictor.ready(job, snap.now):
+            return ""  # not yet at its prediction point: no judgement (and no loss fit to pay for)
+        best = self.finish.best(snap, job)
+        if best is not None and best > d + 1e-6:
+            return (
+                f"deadline infeasible: even at its maximum of {job.spec.max_workers} workers it would "
+                f"finish at {best:.0f} s at the earliest, {best - d:.0f} s after its deadline {d:.0f} s"
+            )
+        return ""
+
+
+@dataclass(eq=False)
+class EarliestDeadline:
+    """Ordering: jobs that can still make their deadline first, earliest deadline first; then jobs
+    without a deadline (arrival order); then late jobs (earliest deadline first).
+
+    `late` is a callable giving the ids judged late (by a `DeadlineFeasibility`); without one no
+    job is late and this is plain EDF.
+    """
+
+    late: Callable[[], dict[str, str]] | None = None
+
+    def order(self, snap: Snapshot, jobs: list[JobState]) -> list[JobState]:
+        late = self.late() if self.late is not None else {}
+
+        def key(j: JobState) -> tuple:
+            d = j.spec.deadline
+            group = 2 if j.job_id in late else (1 if d is None else 0)
+            return (group, d if d is not None else 0.0, j.rank)
+
+        return sorted(jobs, key=key)
