@@ -158,3 +158,22 @@ def test_training_pipeline_writes_a_model_and_resumes_without_redoing_work(tmp_p
     assert dl2(model=str(tmp_path / "model.pt")).window == 4
     with pytest.raises(ConfigError, match="another config"):
         train_dl2(cfg.model_copy(update={"rl_episodes": 3}), tmp_path, resume=True)
+
+
+def test_online_fine_tuning_learns_from_measured_progress_and_changes_the_network():
+    from dlsched.policies.dl2 import DL2Policy
+    from dlsched.rl.actor_critic import RLConfig
+
+    torch.manual_seed(0)
+    net = DL2Net(4).eval()
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    policy = DL2Policy(net, slot_seconds=SLOT, online=True, rl=RLConfig(batch=8, replay=64))
+    cluster = Cluster.homogeneous("t", nodes=3, gpus=4, cpus=16, mem=64)
+    r = simulate(ps_jobs(8, 3), cluster, policy, ParameterServerModel(), SimConfig(restart_overhead=0))
+    assert (r.jobs.status == "done").all()
+    assert policy.updates > 0 and len(policy.replay) > 0
+    assert 0 < policy.replay.rewards[: len(policy.replay)].max() <= 8.0  # progress fractions of ≤ 8 jobs
+    assert any(not torch.equal(before[k], v) for k, v in net.state_dict().items())
+    frozen = DL2Policy(DL2Net(4).eval(), slot_seconds=SLOT)
+    simulate(ps_jobs(8, 3), cluster, frozen, ParameterServerModel(), SimConfig(restart_overhead=0))
+    assert frozen.updates == 0  # off by default
