@@ -177,3 +177,14 @@ def test_online_fine_tuning_learns_from_measured_progress_and_changes_the_networ
     frozen = DL2Policy(DL2Net(4).eval(), slot_seconds=SLOT)
     simulate(ps_jobs(8, 3), cluster, frozen, ParameterServerModel(), SimConfig(restart_overhead=0))
     assert frozen.updates == 0  # off by default
+
+
+def test_the_shipped_model_works_on_a_fresh_install_through_the_registry():
+    from dlsched.policies.dl2 import SHIPPED_MODEL
+    from dlsched.policies.registry import make_policy
+
+    assert SHIPPED_MODEL.exists() and SHIPPED_MODEL.stat().st_size < 1_000_000  # small enough to ship
+    policy = make_policy("dl2")
+    cluster = Cluster.homogeneous("t", nodes=3, gpus=4, cpus=16, mem=64)
+    r = simulate(ps_jobs(6, 5), cluster, policy, ParameterServerModel(), SimConfig(restart_overhead=0))
+    assert (r.jobs.status == "done").all()

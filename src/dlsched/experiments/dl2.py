@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import pandas as pd
 
 from dlsched.core.policy import Policy
@@ -21,6 +20,7 @@ from dlsched.sim.config import SimConfig
 from dlsched.sim.engine import simulate
 from dlsched.throughput.registry import default_throughput
 from dlsched.traces import default_workload
+from dlsched.traces.sizing import made_elastic
 
 PAPER = {"vs_drf": 0.559, "vs_optimus": 0.825}  # 44.1% and 17.5% lower mean JCT
 
@@ -84,14 +84,16 @@ def run_dl2_experiment(
 
 
 def _real_trace(model: str | None, cfg: DL2TrainConfig, on_step) -> pd.DataFrame:
-    """The shipped/trained model, unchanged, on the embedded ITP slice (real jobs, unknown work)."""
+    """The shipped/trained model, unchanged, on the embedded ITP slice (real jobs, unknown work),
+    made elastic (1..2× the requested GPUs, the traces' `--elastic` rule) so that sizing matters."""
     wl = default_workload()
+    jobs = [made_elastic(j) for j in wl.jobs]
     cluster, tp = load_cluster(wl.cluster), default_throughput()
     rows = []
     for name in ("drf", "optimus", "tiresias", "dl2"):
         policy = dl2(model, slot_seconds=cfg.slot_seconds) if name == "dl2" else make_policy(name)
-        s = simulate(wl.jobs, cluster, policy, tp, SimConfig(restart_overhead=cfg.restart_overhead)).summary
-        rows.append({"trace": wl.name, "policy": name, "mean_jct_h": s["mean_jct"] / 3600, "makespan_h": s["makespan"] / 3600,
+        s = simulate(jobs, cluster, policy, tp, SimConfig(restart_overhead=cfg.restart_overhead)).summary
+        rows.append({"trace": wl.name + " (elastic)", "policy": name, "mean_jct_h": s["mean_jct"] / 3600, "makespan_h": s["makespan"] / 3600,
                      "finished": s["finished"], "jobs": s["jobs"]})
     if on_step:
         on_step("real trace")
@@ -120,6 +122,3 @@ def _write(report: DL2Report, out: Path, traces: int) -> list[Path]:
     files[2].write_text("\n".join(lines) + "\n")
     return files
 
-
-def mean_std(x: pd.Series) -> str:
-    return f"{np.mean(x):.3f} ± {np.std(x, ddof=1):.3f}"

@@ -10,7 +10,12 @@ One rule for every GPU-count trace keeps the adapters consistent:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from dlsched.core.job import JobSpec
 
 
 def worker_columns(gpus: np.ndarray, elastic: bool, cap: np.ndarray | float | None = None) -> dict:
@@ -29,3 +34,11 @@ def worker_columns(gpus: np.ndarray, elastic: bool, cap: np.ndarray | float | No
         "min_workers": np.ones(len(n)),
         "max_workers": hi,
     }
+
+
+def made_elastic(spec: "JobSpec") -> "JobSpec":
+    """A loaded job with the elastic rule above applied (1..2k workers, all-reduce)."""
+    from dataclasses import replace
+
+    k = spec.num_workers
+    return replace(spec, arch="allreduce", min_workers=1, max_workers=max(k, 2 * k))
