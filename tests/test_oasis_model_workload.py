@@ -5,6 +5,8 @@ import math
 import numpy as np
 import pytest
 
+from dlsched.paths import traces_dir
+
 from dlsched.core.allocation import Allocation
 from dlsched.core.errors import ConfigError
 from dlsched.core.utility import (
@@ -48,6 +50,7 @@ def test_duration_default_utility():
         from_duration(0.0)
 
 
+@pytest.mark.skipif(traces_dir() is None, reason="the paper workload needs the Google arrival pattern from ../shared/traces/dl2")
 def test_async_ps_speed_is_linear_in_workers_and_capped_by_ps_bandwidth():
     jobs = oasis_workload(3, seed=1)
     j = jobs[0]
@@ -64,6 +67,7 @@ def test_async_ps_speed_is_linear_in_workers_and_capped_by_ps_bandwidth():
     assert m.supports(j) and not m.supports(oasis_workload(1)[0].__class__(job_id="x", submit_time=0, iterations=1))
 
 
+@pytest.mark.skipif(traces_dir() is None, reason="the paper workload needs the Google arrival pattern from ../shared/traces/dl2")
 def test_workload_matches_the_papers_ranges_and_mix():
     jobs = oasis_workload(600, seed=3)
     ex = [j.extra for j in jobs]

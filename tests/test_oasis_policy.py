@@ -4,6 +4,8 @@ executed as committed, shared pools, trace jobs; plus the RRH and Dorm baselines
 import numpy as np
 import pytest
 
+from dlsched.paths import traces_dir
+
 from dlsched.core.errors import ConfigError
 from dlsched.core.job import JobSpec
 from dlsched.core.utility import SigmoidUtility, sigmoid_in_slots
@@ -71,6 +73,7 @@ def test_zero_utility_job_is_rejected_and_valuable_one_admitted():
     assert d["good"]["payoff"] > 0 and d["zero"]["payoff"] <= 0
 
 
+@pytest.mark.skipif(traces_dir() is None, reason="the paper workload needs the Google arrival pattern from ../shared/traces/dl2")
 @pytest.mark.parametrize("shared", [False, True])
 def test_committed_schedules_never_exceed_capacity_and_run_as_committed(shared):
     cluster = paper_cluster(worker_servers=4, ps_servers=2, seed=3, shared=shared)
@@ -132,6 +135,7 @@ def test_bad_options_are_config_errors():
         make_policy("rrh", placement="nowhere")
 
 
+@pytest.mark.skipif(traces_dir() is None, reason="the paper workload needs the Google arrival pattern from ../shared/traces/dl2")
 @pytest.mark.parametrize("name", ["rrh", "dorm", "fifo", "drf"])
 def test_baselines_run_the_paper_workload_within_capacity(name):
     jobs = oasis_workload(20, seed=2, arrival_slots=8)
