@@ -11,7 +11,7 @@ from typing import Callable
 
 import pandas as pd
 
-from dlsched.core.policy import Policy
+from dlsched.core.policy import Policy, named
 from dlsched.policies.dl2 import dl2
 from dlsched.policies.registry import make_policy
 from dlsched.presets import load_cluster
@@ -34,10 +34,6 @@ class DL2Report:
     files: list[Path] = field(default_factory=list)
 
 
-def _named(policy: Policy, name: str) -> Policy:
-    policy.name = name
-    return policy
-
 
 def run_dl2_experiment(
     out: Path,
@@ -57,9 +53,9 @@ def run_dl2_experiment(
         "dl2": lambda: dl2(model, slot_seconds=cfg.slot_seconds),
     }
     if warmup_only_model:
-        policies["dl2-warmup-only"] = lambda: _named(dl2(warmup_only_model, slot_seconds=cfg.slot_seconds), "dl2-warmup-only")
+        policies["dl2-warmup-only"] = lambda: named(dl2(warmup_only_model, slot_seconds=cfg.slot_seconds), "dl2-warmup-only")
     if rl_only_model:
-        policies["dl2-rl-only"] = lambda: _named(dl2(rl_only_model, slot_seconds=cfg.slot_seconds), "dl2-rl-only")
+        policies["dl2-rl-only"] = lambda: named(dl2(rl_only_model, slot_seconds=cfg.slot_seconds), "dl2-rl-only")
     cluster, tp = load_cluster(cfg.cluster), default_throughput()
     sim = SimConfig(restart_overhead=cfg.restart_overhead)
     rows = []

@@ -27,7 +27,7 @@ import pandas as pd
 
 from dlsched.core.cluster import Cluster
 from dlsched.core.job import JobSpec
-from dlsched.core.policy import Policy
+from dlsched.core.policy import Policy, named
 from dlsched.policies.dragon import dragon
 from dlsched.policies.fifo import fifo
 from dlsched.policies.kube_default import kube_default
@@ -47,7 +47,7 @@ PAPER_UTIL_GAIN = (0.20, 0.30)  # "+20-30% resource utilization"
 
 POLICIES: dict[str, Callable[[], Policy]] = {
     "kube-default": kube_default,
-    "gang-fifo": lambda: _named(fifo(), "gang-fifo"),
+    "gang-fifo": lambda: named(fifo(), "gang-fifo"),
     "dragon": dragon,
     "dragon-no-gang": lambda: dragon(gang=False),
     "dragon-no-locality": lambda: dragon(locality=False),
@@ -56,17 +56,13 @@ POLICIES: dict[str, Callable[[], Policy]] = {
 ABLATIONS = {"gang": "dragon-no-gang", "locality": "dragon-no-locality", "scaling": "dragon-no-scaling"}
 TRACE_POLICIES: dict[str, Callable[[], Policy]] = {
     "kube-default": kube_default,
-    "gang-fifo": lambda: _named(fifo(), "gang-fifo"),
+    "gang-fifo": lambda: named(fifo(), "gang-fifo"),
     "dragon": dragon,
     "dragon-backfill": lambda: dragon(backfill_past_starving=True),
 }
 METRICS = ["mean_jct_min", "makespan_min", "gpu_util_allocated", "gpu_util_compute", "held_gpu_hours",
            "nodes_spanned", "finished", "unfinished", "restarts"]
 
-
-def _named(policy: Policy, name: str) -> Policy:
-    policy.name = name
-    return policy
 
 
 @dataclass

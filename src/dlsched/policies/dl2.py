@@ -29,7 +29,7 @@ from dlsched.core.policy import Policy
 from dlsched.core.snapshot import Snapshot
 from dlsched.estimators.progress_predictor import RemainingWork
 from dlsched.rl.actor_critic import RLConfig, update
-from dlsched.rl.dl2_network import DL2Net
+from dlsched.rl.dl2_network import DL2Net, choose_action
 from dlsched.rl.replay import PrioritizedReplay
 from dlsched.rl.slot_builder import ROWS, SlotBuilder, action_dim
 
@@ -75,12 +75,7 @@ class DL2Policy(Policy):
             if mask.sum() == 1:  # only "end the slot" is left
                 action = len(mask) - 1
             else:
-                logits = self.net.logits(torch.from_numpy(state)[None], torch.from_numpy(mask)[None])[0]
-                if self.greedy:
-                    action = int(torch.argmax(logits))
-                else:
-                    p = torch.softmax(logits, 0).numpy().astype(float)
-                    action = int(self._rng.choice(len(p), p=p / p.sum()))
+                action = choose_action(self.net, state, mask, self._rng, self.greedy)
             if self.online:
                 self._slot.append((state, mask, action))
             if not builder.apply(action):

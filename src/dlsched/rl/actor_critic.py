@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from dlsched.rl.dl2_network import DL2Net
+from dlsched.rl.dl2_network import DL2Net, choose_action
 from dlsched.rl.env import SchedulingEnv
 from dlsched.rl.exploration import explore
 from dlsched.rl.replay import PrioritizedReplay
@@ -86,10 +86,7 @@ def run_episode(net: DL2Net, env: SchedulingEnv, seed: int, rng: np.random.Gener
     slot: list[tuple[np.ndarray, np.ndarray, int, str | None]] = []
     while True:
         mask = info["action_mask"]
-        with torch.no_grad():
-            logits = net.logits(torch.from_numpy(obs)[None], torch.from_numpy(mask)[None])[0]
-            p = torch.softmax(logits, 0).numpy().astype(float)
-        action = int(rng.choice(len(p), p=p / p.sum()))
+        action = choose_action(net, obs, mask, rng)
         action = explore(env.builder, action, rng, cfg.explore_rate)
         jobs = env.builder.window_jobs()
         slot.append((obs, mask, action, jobs[action // 3].job_id if action // 3 < len(jobs) else None))

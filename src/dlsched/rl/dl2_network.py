@@ -8,6 +8,7 @@ logit of -1e9 so the softmax renormalises over the valid ones (DL2's masking).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -43,3 +44,13 @@ class DL2Net(nn.Module):
 
     def config(self) -> dict:
         return {"window": self.window, "hidden": self.hidden, "layers": self.layers}
+
+
+@torch.no_grad()
+def choose_action(net: DL2Net, state: np.ndarray, mask: np.ndarray, rng: np.random.Generator, greedy: bool = False) -> int:
+    """One action for one state: sampled from the masked softmax (DL2's inference), or its argmax."""
+    logits = net.logits(torch.from_numpy(state)[None], torch.from_numpy(mask)[None])[0]
+    if greedy:
+        return int(torch.argmax(logits))
+    p = torch.softmax(logits, 0).numpy().astype(float)
+    return int(rng.choice(len(p), p=p / p.sum()))

@@ -123,16 +123,15 @@ class SchedulingEnv(gym.Env):
         try:
             snap = self._steps.send(plan)
         except StopIteration as done:
-            self.result = done.value
-            per_job = job_rewards(self._jobs, self._before)
-            reward = float(sum(per_job.values()))
+            snap, self.result = None, done.value
+        per_job = job_rewards(self._jobs, self._before)  # progress made during the slot just run
+        reward = float(sum(per_job.values()))
+        empty = np.zeros(self.observation_space.shape, dtype=np.float32)
+        if snap is None:
             self.builder = None
-            obs = np.zeros(self.observation_space.shape, dtype=np.float32)
             info = {"action_mask": np.zeros(self.action_space.n, dtype=bool), "slot_reward": reward,
                     "job_rewards": per_job, "slot_end": True, "result": self.result}
-            return obs, reward, True, False, info
-        per_job = job_rewards(self._jobs, self._before)
-        reward = float(sum(per_job.values()))
+            return empty, reward, True, False, info
         self._begin_slot(snap)
         truncated = self.slots >= self.max_slots
         info = self._info()
@@ -140,7 +139,7 @@ class SchedulingEnv(gym.Env):
         if truncated:
             self._steps.close()
             self.builder = None
-        return self.builder.state() if self.builder else np.zeros(self.observation_space.shape, np.float32), reward, False, truncated, info
+        return (empty if truncated else self.builder.state()), reward, False, truncated, info
 
     def _info(self) -> dict[str, Any]:
         return {"action_mask": self.builder.mask(), "slot_end": False, "now": self.builder.snap.now}
