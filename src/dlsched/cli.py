@@ -15,6 +15,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dlsched.cli_experiments import experiment_app
+from dlsched.cli_live import register_live
 from dlsched.cli_train import train_app
 from dlsched.cli_support import console, err_console, friendly as _friendly
 from dlsched.core.errors import DlschedError
@@ -248,6 +249,9 @@ def trace_info_cmd(
         return
     for key, value in info.items():
         console.print(f"[bold]{key:<22}[/]{value}", highlight=False)
+
+
+register_live(app)  # serve, submit, status, cancel
 
 
 def main() -> None:  # pragma: no cover

@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from dlsched.core.errors import DlschedError, TraceError
 
@@ -14,6 +15,12 @@ console = Console()
 if not console.is_terminal:  # piped or in CI: rich would assume 80 columns and squash the table
     console = Console(width=160)
 err_console = Console(stderr=True)
+
+
+def _error(message: str) -> None:
+    """One error, never wrapped: a `file:row: column: problem` line must stay whole to be grepped,
+    and its text is printed as is (a path with brackets is not rich markup)."""
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 def friendly(fn: Callable) -> Callable:
@@ -24,15 +31,15 @@ def friendly(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except TraceError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}")
+            _error(str(exc))
             for line in exc.problems:
-                err_console.print(f"  {line}", markup=False, highlight=False)
+                err_console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         except DlschedError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+            _error(str(exc))
             raise typer.Exit(2) from None
         except FileNotFoundError as exc:
-            err_console.print(f"[bold red]error:[/] no such file: {exc.filename or exc}")
+            _error(f"no such file: {exc.filename or exc}")
             raise typer.Exit(2) from None
 
     return wrapper

@@ -1,0 +1,245 @@
+"""`dlsched serve | submit | status | cancel`: run the live service and talk to it over HTTP.
+
+The client commands only speak the REST API (httpx), so they work the same against a service on
+this machine or on a cluster's head node (`--url` or DLSCHED_URL). Job files are validated
+locally before anything is sent, so a typo is reported with the file name and the key, not as a
+server response.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.table import Table
+
+from dlsched.cli_support import console, err_console, friendly
+from dlsched.core.errors import ConfigError, DlschedError
+
+DEFAULT_URL = "http://127.0.0.1:8765"
+_URL = typer.Option(DEFAULT_URL, "--url", envvar="DLSCHED_URL", help="Where the dlsched service listens.")
+
+
+# --------------------------------------------------------------------------- HTTP
+
+
+def _request(method: str, url: str, path: str, **kw: Any):
+    """One API call; a service that is not there, or an error it answers, is one clear DlschedError."""
+    import httpx
+
+    base = url.rstrip("/")
+    try:
+        with httpx.Client(base_url=base, timeout=30.0) as client:
+            resp = client.request(method, path, **kw)
+    except httpx.ConnectError:
+        raise DlschedError(f"no dlsched service at {base}: start one with `dlsched serve`") from None
+    except httpx.TimeoutException:
+        raise DlschedError(f"the dlsched service at {base} did not answer in time") from None
+    except httpx.HTTPError as exc:
+        raise DlschedError(f"cannot talk to the dlsched service at {base}: {exc}") from None
+    if resp.status_code >= 400:
+        raise DlschedError(_error_text(resp))
+    return resp
+
+
+def _quote(job_id: str) -> str:
+    from urllib.parse import quote
+
+    return quote(job_id, safe="")
+
+
+def _error_text(resp) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return f"the service answered {resp.status_code}: {resp.text[:300]}"
+    if isinstance(body, dict):
+        if isinstance(body.get("message"), str):
+            return body["message"]
+        if isinstance(body.get("detail"), str):
+            return body["detail"]
+    return f"the service answered {resp.status_code}: {body}"
+
+
+# --------------------------------------------------------------------------- job files
+
+
+def read_job_file(path: Path) -> list:
+    """Every TrainJob in a YAML or JSON file (one mapping or a list of them); all problems at once."""
+    import yaml
+    from pydantic import ValidationError
+
+    from dlsched.live.spec import TrainJob
+
+    try:
+        data = yaml.safe_load(path.read_text())  # JSON is YAML
+    except OSError as exc:
+        raise ConfigError(f"cannot read job file {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: neither valid YAML nor JSON: {exc}") from None
+    items = data if isinstance(data, list) else [data]
+    if not items or data is None:
+        raise ConfigError(f"{path}: empty; expected a job (model, steps, ...) or a list of jobs")
+    jobs, problems = [], []
+    for i, item in enumerate(items, 1):
+        where = f"{path}" if len(items) == 1 else f"{path}: job {i}"
+        if not isinstance(item, dict):
+            problems.append(f"{where}: expected a mapping of job keys (model, steps, ...), got {type(item).__name__}")
+            continue
+        try:
+            jobs.append(TrainJob.model_validate(item))
+        except ValidationError as exc:
+            for e in exc.errors():
+                loc = ".".join(str(x) for x in e["loc"]) or "job"
+                msg = "unknown key (typo?)" if e["type"] == "extra_forbidden" else e["msg"]
+                if msg.startswith("Value error, "):
+                    msg = msg[len("Value error, "):]
+                problems.append(f"{where}: {loc}: {msg}")
+    if problems:
+        raise ConfigError(f"{path}: invalid job file\n  " + "\n  ".join(problems))
+    return jobs
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _ago(t: float | None) -> str:
+    if t is None:
+        return "–"
+    s = max(0.0, time.time() - t)
+    if s < 120:
+        return f"{s:.0f}s ago"
+    if s < 7200:
+        return f"{s / 60:.0f}m ago"
+    return f"{s / 3600:.1f}h ago"
+
+
+def _progress(job: dict) -> str:
+    total = job["spec"]["steps"]
+    done = min(job.get("steps_done", 0), total)
+    filled = int(round(10 * done / total)) if total else 0
+    return f"{'█' * filled}{'░' * (10 - filled)} {done}/{total}"
+
+
+_STATUS_STYLE = {"queued": "yellow", "running": "blue", "done": "green", "failed": "red", "rejected": "red",
+                 "cancelled": "dim"}
+
+
+def _status(job: dict) -> str:
+    s = job["status"]
+    extra = " (cancelling)" if job.get("cancel_requested") and s in ("queued", "running") else ""
+    return f"[{_STATUS_STYLE.get(s, 'white')}]{s}{extra}[/]"
+
+
+def _jobs_table(jobs: list[dict]) -> Table:
+    table = Table(title=f"{len(jobs)} job(s)", title_justify="left")
+    for col in ("id", "name", "model", "status", "progress", "size", "nodes", "steps/s", "loss", "submitted"):
+        table.add_column(col, no_wrap=col not in ("name", "nodes"))
+    for j in jobs:
+        spec = j["spec"]
+        size = (f"{j['workers']}w" + (f"+{j['ps']}ps" if j["ps"] else "")) if j["status"] == "running" else "–"
+        table.add_row(
+            j["id"], _esc(j.get("name") or ""), f"{spec['model']}/{spec['mode']}", _status(j), _progress(j), size,
+            _esc(", ".join(j.get("nodes", []))), f"{j['steps_per_s']:.1f}" if j.get("steps_per_s") else "–",
+            f"{j['loss']:.4g}" if j.get("loss") is not None else "–", _ago(j.get("submitted_at")),
+        )
+    return table
+
+
+def _esc(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def _show_job(job: dict, events: list[dict]) -> None:
+    spec = job["spec"]
+    console.print(f"[bold]{job['id']}[/] {_esc(job.get('name') or '')}  {_status(job)}")
+    rows = [
+        ("model", f"{spec['model']} ({spec['mode']}), batch {spec['batch_size']}, workers "
+                  f"{spec.get('min_workers') or spec['workers']}..{spec.get('max_workers') or spec['workers']}"),
+        ("progress", _progress(job)),
+        ("size", f"{job['workers']} worker(s), {job['ps']} ps on {', '.join(job.get('nodes', [])) or '–'}"),
+        ("speed", f"{job['steps_per_s']:.2f} steps/s" if job.get("steps_per_s") else "–"),
+        ("loss", f"{job['loss']:.5g}" if job.get("loss") is not None else "–"),
+        ("runs", f"attempt {job.get('attempt', 0)}, {job.get('restarts', 0)} restart(s)"),
+        ("submitted", _ago(job.get("submitted_at"))),
+        ("started", _ago(job.get("started_at"))),
+        ("finished", _ago(job.get("finished_at"))),
+        ("job dir", job.get("job_dir") or "–"),
+    ]
+    if job.get("reason"):
+        rows.append(("reason", job["reason"]))
+    for key, value in rows:
+        console.print(f"  [bold]{key:<10}[/]", _esc(str(value)) if key != "progress" else value, highlight=False)
+    table = Table(title="events", title_justify="left")
+    for col in ("time", "kind", "message"):
+        table.add_column(col, no_wrap=col != "message")
+    for e in events:
+        table.add_row(time.strftime("%H:%M:%S", time.localtime(e["time"])), _esc(e["kind"]), _esc(e.get("message", "")))
+    console.print(table)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def register_live(app: typer.Typer) -> None:
+    """Add serve/submit/status/cancel to the `dlsched` app."""
+
+    @app.command("serve")
+    @friendly
+    def serve(
+        config: Optional[Path] = typer.Option(None, "--config", help="YAML with ServiceConfig keys (host, port, db_url, work_dir, backend, nodes, ray_address, policy, policy_options, tick, stop_jobs_on_exit)."),
+        port: Optional[int] = typer.Option(None, "--port", help="Port (default 8765)."),
+        host: Optional[str] = typer.Option(None, "--host", help="Address to bind (default 127.0.0.1; the API has no authentication)."),
+        policy: Optional[str] = typer.Option(None, "--policy", "-p", help="Scheduling policy (default optimus; see `dlsched policies`)."),
+        backend: Optional[str] = typer.Option(None, "--backend", help="'local' (processes on this machine), 'ray', or 'dry' (no training, made-up progress)."),
+        work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Job directories and the default SQLite store (default ./dlsched-service)."),
+        db_url: Optional[str] = typer.Option(None, "--db-url", help="SQLAlchemy URL of the store, e.g. postgresql+psycopg://... (default: SQLite in the work dir)."),
+        ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address for --backend ray."),
+    ) -> None:
+        """Run the live scheduler: the REST API, the status page and the controller that trains the jobs."""
+        import logging
+
+        from dlsched.live.service import load_service_config, run_service
+
+        cfg = load_service_config(config, port=port, host=host, policy=policy, backend=backend, work_dir=work_dir,
+                                  db_url=db_url, ray_address=ray_address)
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        run_service(cfg, announce=lambda line: console.print(line, highlight=False, markup=False))
+
+    @app.command("submit")
+    @friendly
+    def submit(
+        file: Path = typer.Argument(..., help="YAML or JSON job file (TrainJob keys; a list for several jobs)."),
+        url: str = _URL,
+    ) -> None:
+        """Submit the job(s) of a file to a running service; prints their ids."""
+        jobs = read_job_file(file)
+        for job in jobs:
+            view = _request("POST", url, "/jobs", json=job.model_dump(mode="json", exclude_unset=True)).json()
+            label = f" ({_esc(view['name'])})" if view.get("name") else ""
+            console.print(f"submitted [bold]{view['id']}[/]{label}: {job.model} x{job.steps} steps", highlight=False)
+
+    @app.command("status")
+    @friendly
+    def status(
+        job_id: Optional[str] = typer.Argument(None, help="One job to show with its events (default: all jobs)."),
+        url: str = _URL,
+    ) -> None:
+        """Show the jobs of a running service, or one job and its events."""
+        if job_id is None:
+            console.print(_jobs_table(_request("GET", url, "/jobs").json()))
+            return
+        job = _request("GET", url, f"/jobs/{_quote(job_id)}").json()
+        events = _request("GET", url, f"/jobs/{_quote(job_id)}/events").json()
+        _show_job(job, events)
+
+    @app.command("cancel")
+    @friendly
+    def cancel(job_id: str = typer.Argument(..., help="The job to cancel."), url: str = _URL) -> None:
+        """Ask the service to cancel a job (it is stopped, checkpointing, on the controller's next round)."""
+        view = _request("POST", url, f"/jobs/{_quote(job_id)}/cancel").json()
+        console.print(f"cancel requested for [bold]{view['id']}[/] (was {view['status']})", highlight=False)

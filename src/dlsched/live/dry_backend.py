@@ -1,0 +1,108 @@
+"""A backend that trains nothing: steps grow with the clock at a made-up speed.
+
+It exists so that the controller, the service and the policies' live behaviour can be exercised
+without processes: tests drive it with a fake clock (milliseconds instead of minutes), the
+decision-overhead benchmark with many jobs, and `dlsched serve --backend dry` lets a user try the
+API and the status page on any machine. Speed grows sub-linearly with workers (w^0.8), like a
+data-parallel job; a stop "checkpoints" the exact step reached.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from dlsched.core.cluster import Cluster
+from dlsched.live.backend import Backend, Launch, Observation
+
+
+class FakeClock:
+    """A clock tests move by hand."""
+
+    def __init__(self, t: float = 1_000_000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, dt: float) -> None:
+        self.t += dt
+
+
+@dataclass
+class _Run:
+    launch: Launch
+    started: float
+    base: int  # checkpointed steps it resumed from
+    stopped: bool = False
+    failed: bool = False
+    history: list[tuple[int, float]] = field(default_factory=list)
+
+
+class DryBackend(Backend):
+    name = "dry"
+
+    def __init__(self, cluster: Cluster, clock: Callable[[], float] = time.time, rate_per_worker: float = 10.0,
+                 startup: float = 1.0):
+        self._cluster = cluster
+        self.clock = clock
+        self.rate_per_worker = rate_per_worker
+        self.startup = startup
+        self.runs: dict[str, _Run] = {}
+        self.checkpoints: dict[str, int] = {}
+        self.launches: list[Launch] = []
+        self.completions: dict[str, int] = {}  # job -> times it wrote done
+
+    def cluster(self) -> Cluster:
+        return self._cluster
+
+    def rate(self, launch: Launch) -> float:
+        return self.rate_per_worker * launch.allocation.num_workers ** 0.8
+
+    def _step(self, run: _Run) -> int:
+        t = self.clock() - run.started - self.startup
+        return min(run.launch.job.steps, run.base + int(max(0.0, t) * self.rate(run.launch)))
+
+    def start(self, launch: Launch) -> None:
+        assert launch.job_id not in self.runs or self.runs[launch.job_id].stopped or self.runs[launch.job_id].failed
+        self.launches.append(launch)
+        self.runs[launch.job_id] = _Run(launch, self.clock(), self.checkpoints.get(launch.job_id, 0))
+
+    def stop(self, job_id: str, timeout: float = 30.0) -> None:
+        run = self.runs.get(job_id)
+        if run is None or run.stopped:
+            return
+        self.checkpoints[job_id] = self._step(run)
+        run.stopped = True
+
+    def crash(self, job_id: str) -> None:
+        """Make the job's current run fail, losing what it did since its start (tests)."""
+        run = self.runs[job_id]
+        self.checkpoints[job_id] = run.base  # nothing checkpointed since the start
+        run.failed = True
+        run.history.append((self._step(run), 0.0))
+
+    def observe(self) -> dict[str, Observation]:
+        out = {}
+        for jid, run in self.runs.items():
+            step = self.checkpoints[jid] if run.stopped else self._step(run)
+            first = run.started + self.startup + 1.0 / self.rate(run.launch)
+            started = self.clock() >= first
+            state = "stopped" if run.stopped else "failed" if run.failed else (
+                "done" if step >= run.launch.job.steps else "running")
+            if state == "done" and jid not in self.completions:
+                self.completions[jid] = 1
+            out[jid] = Observation(
+                job_id=jid, state=state, step=step, loss=1.0 / (1 + step),
+                steps_per_s=self.rate(run.launch) if started else None,
+                samples=[(s, 1.0 / (1 + s)) for s in range(0, step + 1, max(1, step // 10 or 1))],
+                run_started=run.started, first_step_at=first if started else None,
+                message="killed" if run.failed else "",
+            )
+        return out
+
+    def forget(self, job_id: str) -> None:
+        run = self.runs.get(job_id)
+        if run is not None and (run.stopped or run.failed or self._step(run) >= run.launch.job.steps):
+            del self.runs[job_id]

@@ -1,0 +1,89 @@
+"""The files a trainer leaves in its job directory, and how backends read them.
+
+The trainer's reporting rank appends one JSON object per line to `progress.jsonl`:
+
+    {"time": 1700000000.1, "event": "progress", "step": 120, "loss": 1.93,
+     "steps_per_s": 14.2, "samples_per_s": 454.4, "workers": 2, "ps": 0, "run": "<launch id>"}
+
+`event` is "start" (first step of a run done: the end of a resize pause), "progress",
+"checkpoint", "stop" (checkpointed on SIGTERM) or "done". `done.json` appears, atomically, when
+the job has trained all its steps, after its final checkpoint; it is what makes a job done, so a
+job is never run twice to completion. `checkpoint.pt` is the latest checkpoint (written to a
+temporary file and renamed). The log is read incrementally: a backend calls `ProgressReader.poll`
+as often as it likes and pays only for the new lines.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PROGRESS = "progress.jsonl"
+DONE = "done.json"
+CHECKPOINT = "checkpoint.pt"
+
+
+def is_done(job_dir: Path) -> bool:
+    return (Path(job_dir) / DONE).is_file()
+
+
+def read_done(job_dir: Path) -> dict | None:
+    try:
+        return json.loads((Path(job_dir) / DONE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class ProgressReader:
+    """Incremental reader of one job's `progress.jsonl` (a partial last line is left for later)."""
+
+    job_dir: Path
+    step: int = 0
+    loss: float | None = None
+    steps_per_s: float | None = None
+    samples: list[tuple[int, float]] = field(default_factory=list)
+    last: dict | None = None  # the newest record
+    starts: list[dict] = field(default_factory=list)  # every "start" record, oldest first
+    _offset: int = 0
+
+    def poll(self) -> list[dict]:
+        """Read the lines appended since the last call and fold them in; returns them."""
+        path = Path(self.job_dir) / PROGRESS
+        try:
+            with path.open("rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return []
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return []
+        self._offset += end + 1
+        out = []
+        for line in chunk[: end + 1].splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue  # a torn line from a killed writer: skip it, the next report supersedes it
+            if not isinstance(rec, dict):
+                continue
+            out.append(rec)
+            self._fold(rec)
+        return out
+
+    def _fold(self, rec: dict) -> None:
+        self.last = rec
+        step = rec.get("step")
+        if isinstance(step, int):
+            self.step = max(self.step, step) if rec.get("event") != "start" else step
+        loss = rec.get("loss")
+        if isinstance(loss, (int, float)) and isinstance(step, int):
+            self.loss = float(loss)
+            self.samples.append((step, float(loss)))
+        rate = rec.get("steps_per_s")
+        if isinstance(rate, (int, float)) and rate > 0:
+            self.steps_per_s = float(rate)
+        if rec.get("event") == "start":
+            self.starts.append(rec)

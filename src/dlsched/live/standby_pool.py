@@ -1,0 +1,259 @@
+"""A pool of warm trainer interpreters, so a resize does not pay the torch import.
+
+Starting `python -m dlsched.trainer` costs ~3 s of imports before the first step, more than the
+whole resize-pause budget (2 s from SIGTERM to the first step at the new size). The trainer's
+`--standby` mode imports everything, prints `ready` and then waits for one JSON line
+`{"argv": [...], "env": {...}}` on stdin; handing that line to an already-warm process turns a
+cold start into a fork-free hand-off.
+
+Each standby process writes its stdout/stderr straight into a file (never a pipe): a trainer must
+outlive the controller, and a pipe whose reader died turns the trainer's next print into an error.
+Readiness is seen by reading that file. On hand-off the file is renamed to the rank's log path in
+the job directory (the open descriptor follows the inode), or symlinked when the two paths are on
+different filesystems. Only stdin is a pipe, closed right after the hand-off line; an idle
+standby whose controller died reads end-of-file and exits.
+
+Warming costs ~3 s of CPU per interpreter, and on a small machine the refill after a hand-off
+competes with the very run it just started (measured on 2 cores: a 4-worker warm start took 12 s
+to its first step with four refills importing torch beside it, ~2 s without). So the pool waits
+`refill_delay` seconds after a hand-off, warms at most `max_warming` interpreters at a time, and,
+when it is allowed to undo it (root), runs them at a lower CPU priority (`warm_nice`) that is
+reset to normal, on every thread, at hand-off; otherwise at normal priority.
+
+If the trainer does not support `--standby` (it exits before printing `ready`), the pool turns
+itself off and the backend cold-starts every rank.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+#: Consecutive standby processes that die before `ready` after which the pool gives up.
+MAX_FAILURES = 2
+POLL_S = 0.05
+REFILL_DELAY_S = 3.0
+WARM_NICE = 10
+
+
+@dataclass
+class Warm:
+    """One standby interpreter."""
+
+    proc: subprocess.Popen
+    log: Path
+    spawned: float
+    create_time: float
+    ready: bool = False
+    nice: int = 0
+
+
+class StandbyPool:
+    """Keeps `size` interpreters of `cmd --standby` warm, refilling in a background thread."""
+
+    def __init__(self, cmd: list[str], size: int, log_dir: Path, env: dict[str, str] | None = None,
+                 refill_delay: float = REFILL_DELAY_S, max_warming: int | None = None,
+                 warm_nice: int | None = None):
+        self.cmd = [*cmd, "--standby"]
+        self.refill_delay = refill_delay
+        self.max_warming = max_warming or max(1, (os.cpu_count() or 2) // 2)
+        # lowering a priority back needs privileges: only nice what we can un-nice
+        self.warm_nice = (WARM_NICE if warm_nice is None else warm_nice) if _can_unnice() else 0
+        self._hold_until = 0.0
+        self.size = max(0, int(size))
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.env = env
+        #: None until the first standby is ready (True) or the pool gave up (False).
+        self.supported: bool | None = None
+        self.last_error = ""
+        self._pool: list[Warm] = []
+        self._failures = 0
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="dlsched-standby", daemon=True)
+        if self.size:
+            self._thread.start()
+
+    # ------------------------------------------------------------------ public
+    def take(self) -> Warm | None:
+        """A ready interpreter, removed from the pool, or None (then cold-start)."""
+        with self._lock:
+            for w in list(self._pool):
+                if w.ready and w.proc.poll() is None:
+                    self._pool.remove(w)
+                    self._hold_until = time.monotonic() + self.refill_delay
+                    return w
+        return None
+
+    def ready_count(self) -> int:
+        with self._lock:
+            return sum(1 for w in self._pool if w.ready and w.proc.poll() is None)
+
+    def wait_ready(self, n: int, timeout: float) -> bool:
+        """Wait until `n` interpreters are ready (benchmarks and tests); False on timeout or
+        when the trainer has no standby mode."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.ready_count() >= min(n, self.size):
+                return True
+            if self.supported is False:
+                return False
+            time.sleep(POLL_S)
+        return False
+
+    @staticmethod
+    def hand_off(w: Warm, argv: list[str], env: dict[str, str], log_path: Path) -> None:
+        """Give `w` its run: move its log to `log_path`, then send the argv/env line."""
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(w.log, log_path)
+        except OSError:  # another filesystem: leave the file, point at it
+            try:
+                if log_path.is_symlink() or log_path.exists():
+                    log_path.unlink()
+                log_path.symlink_to(w.log)
+            except OSError:
+                pass
+        if w.nice:
+            _renice(w.proc.pid, 0)
+        assert w.proc.stdin is not None
+        w.proc.stdin.write((json.dumps({"argv": argv, "env": env}) + "\n").encode())
+        w.proc.stdin.flush()
+        w.proc.stdin.close()
+
+    def close(self) -> None:
+        """Kill every idle interpreter (they hold no work) and stop refilling."""
+        self._closed.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        with self._lock:
+            pool, self._pool = self._pool, []
+        for w in pool:
+            _kill(w.proc)
+        for w in pool:
+            try:
+                w.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            if w.proc.stdin:
+                w.proc.stdin.close()
+            try:
+                w.log.unlink()
+            except OSError:
+                pass
+
+    # ------------------------------------------------------------------ background
+    def _loop(self) -> None:
+        while not self._closed.is_set():
+            try:
+                self._tick()
+            except Exception as e:  # never let the refill thread die silently
+                log.warning("standby pool: %s", e)
+            self._wake.wait(POLL_S)
+            self._wake.clear()
+
+    def _tick(self) -> None:
+        with self._lock:
+            for w in list(self._pool):
+                code = w.proc.poll()
+                if code is not None:
+                    self._pool.remove(w)
+                    if not w.ready:
+                        self._failures += 1
+                        self.last_error = f"standby exited with {code}: {_tail(w.log)}"
+                        if self._failures >= MAX_FAILURES and self.supported is not True:
+                            self.supported = False
+                            log.info("trainer has no usable --standby mode; cold starts only (%s)",
+                                     self.last_error)
+                    try:
+                        w.log.unlink()
+                    except OSError:
+                        pass
+                elif not w.ready and _says_ready(w.log):
+                    w.ready = True
+                    self.supported = True
+                    self._failures = 0
+            if self.supported is False or self._closed.is_set() or time.monotonic() < self._hold_until:
+                return
+            warming = sum(1 for w in self._pool if not w.ready)
+            missing = min(self.size - len(self._pool), self.max_warming - warming)
+            if self.supported is None:  # first probe: one at a time until it says ready
+                missing = min(missing, 1 - warming)
+        for _ in range(missing):
+            w = self._spawn()
+            with self._lock:
+                if self._closed.is_set():
+                    _kill(w.proc)
+                    return
+                self._pool.append(w)
+
+    def _spawn(self) -> Warm:
+        path = self.log_dir / f"standby-{uuid.uuid4().hex[:12]}.log"
+        with open(path, "ab") as out:
+            proc = subprocess.Popen(
+                self.cmd, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
+                env=self.env, start_new_session=True)
+        try:
+            ct = psutil.Process(proc.pid).create_time()
+        except psutil.Error:
+            ct = 0.0
+        if self.warm_nice:
+            _renice(proc.pid, self.warm_nice)
+        return Warm(proc, path, time.time(), ct, nice=self.warm_nice)
+
+
+def _says_ready(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError:
+        return False
+    return any(line.strip() == b"ready" for line in head.splitlines())
+
+
+def _tail(path: Path, limit: int = 500) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    return data[-limit:].decode(errors="replace").strip()
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _can_unnice() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def _renice(pid: int, nice: int) -> None:
+    """Set the priority of every thread of `pid` (Linux applies it per thread)."""
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        tids = [pid]
+    for tid in tids:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+        except OSError:
+            pass

@@ -1,0 +1,114 @@
+"""The service's HTML status page (GET /): cluster nodes and the jobs table with progress bars.
+
+The page is rendered on the server with every user-supplied string escaped, and is entirely
+self-contained (inline CSS and a few lines of script, no external assets), so it works on an
+air-gapped cluster. The script re-fetches the page every few seconds and swaps in the new body,
+which keeps the scroll position; without JavaScript a meta refresh does the same, more crudely.
+"""
+
+from __future__ import annotations
+
+import time
+from html import escape
+from typing import Any, Sequence
+
+from dlsched.live.store import JobView
+
+REFRESH_SECONDS = 3
+
+_STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:1.5rem;color:#222;background:#fafafa}
+h1{font-size:1.4rem;margin:0 0 .2rem} h2{font-size:1.1rem;margin:1.4rem 0 .5rem}
+.muted{color:#777;font-size:.85rem}
+table{border-collapse:collapse;width:100%;background:#fff;font-size:.9rem}
+th,td{text-align:left;padding:.35rem .6rem;border-bottom:1px solid #e5e5e5;white-space:nowrap}
+th{background:#f0f0f0;font-weight:600}
+.bar{background:#e8e8e8;border-radius:3px;height:.8rem;width:10rem;display:inline-block;vertical-align:middle;overflow:hidden}
+.bar>span{display:block;height:100%;background:#3b82f6}
+.s-queued{color:#a16207}.s-running{color:#1d4ed8}.s-done{color:#15803d}
+.s-failed,.s-rejected{color:#b91c1c}.s-cancelled{color:#6b7280}
+.nodes{display:flex;flex-wrap:wrap;gap:.6rem}
+.node{background:#fff;border:1px solid #ddd;border-radius:6px;padding:.5rem .7rem;min-width:13rem;font-size:.85rem}
+.node b{font-size:.95rem}
+"""
+
+_SCRIPT = """
+setInterval(async () => {
+  try {
+    const r = await fetch(location.pathname, {cache: "no-store"});
+    if (!r.ok) return;
+    const doc = new DOMParser().parseFromString(await r.text(), "text/html");
+    const fresh = doc.getElementById("content");
+    if (fresh) document.getElementById("content").replaceWith(fresh);
+  } catch (e) { /* service restarting: try again next time */ }
+}, %d);
+""" % (REFRESH_SECONDS * 1000)
+
+
+def _bar(used: float, total: float) -> str:
+    pct = 0.0 if total <= 0 else max(0.0, min(100.0, 100.0 * used / total))
+    return f'<span class="bar" title="{pct:.0f}%"><span style="width:{pct:.1f}%"></span></span>'
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def _nodes_html(cluster: dict[str, Any] | None, problem: str = "") -> str:
+    if cluster is None:
+        return f'<p class="muted">{escape(problem or "no controller attached: cluster unknown")}</p>'
+    head = (f'<p class="muted">policy <b>{escape(str(cluster.get("policy", "?")))}</b> · backend '
+            f'<b>{escape(str(cluster.get("backend", "?")))}</b> · {int(cluster.get("decisions", 0))} decisions</p>')
+    cards = []
+    for n in cluster.get("nodes", []):
+        jobs = ", ".join(escape(str(j)) for j in n.get("jobs", [])) or "idle"
+        cards.append(
+            f'<div class="node"><b>{escape(str(n.get("name", "?")))}</b><br>'
+            f'GPU {_bar(n.get("used_gpus", 0), n.get("gpus", 0))} {_num(n.get("used_gpus", 0))}/{_num(n.get("gpus", 0))}<br>'
+            f'CPU {_bar(n.get("used_cpus", 0), n.get("cpus", 0))} {_num(n.get("used_cpus", 0))}/{_num(n.get("cpus", 0))}<br>'
+            f'mem {_bar(n.get("used_mem_gb", 0), n.get("mem_gb", 0))} {_num(n.get("used_mem_gb", 0))}/'
+            f'{_num(n.get("mem_gb", 0))} GB<br><span class="muted">{jobs}</span></div>')
+    return head + '<div class="nodes">' + "".join(cards) + "</div>"
+
+
+def _jobs_html(jobs: Sequence[JobView]) -> str:
+    if not jobs:
+        return '<p class="muted">no jobs yet: submit one with <code>dlsched submit job.yaml</code></p>'
+    rows = []
+    for j in reversed(jobs):  # newest first
+        total = j.spec.steps
+        pct = 100.0 * min(j.steps_done, total) / total if total else 0.0
+        size = f"{j.workers}w" + (f"+{j.ps}ps" if j.ps else "") if j.status == "running" else "–"
+        speed = f"{j.steps_per_s:.1f}" if j.steps_per_s is not None else "–"
+        loss = f"{j.loss:.4g}" if j.loss is not None else "–"
+        status = escape(j.status) + (" (cancelling)" if j.cancel_requested and j.status in ("queued", "running") else "")
+        rows.append(
+            f"<tr><td>{escape(j.id)}</td><td>{escape(j.name or '')}</td><td>{escape(j.spec.model)}/{escape(j.spec.mode)}</td>"
+            f'<td class="s-{escape(j.status)}">{status}</td>'
+            f"<td>{_bar(j.steps_done, total)} {j.steps_done}/{total} ({pct:.0f}%)</td>"
+            f"<td>{size}</td><td>{escape(', '.join(j.nodes))}</td><td>{speed}</td><td>{loss}</td>"
+            f"<td>{j.restarts}</td><td>{escape(j.reason[:120])}</td></tr>")
+    return ("<table><thead><tr><th>id</th><th>name</th><th>model</th><th>status</th><th>progress</th><th>size</th>"
+            "<th>nodes</th><th>steps/s</th><th>loss</th><th>restarts</th><th>reason</th></tr></thead><tbody>"
+            + "".join(rows) + "</tbody></table>")
+
+
+def render_status_page(jobs: Sequence[JobView], cluster: dict[str, Any] | None, now: float | None = None,
+                       problem: str = "") -> str:
+    """The whole page: `jobs` oldest first (shown newest first), `cluster` as `Controller.cluster_view()`
+    (None: unknown, `problem` says why)."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(time.time() if now is None else now))
+    counts: dict[str, int] = {}
+    for j in jobs:
+        counts[j.status] = counts.get(j.status, 0) + 1
+    summary = " · ".join(f"{n} {escape(s)}" for s, n in counts.items()) or "no jobs"
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f'<noscript><meta http-equiv="refresh" content="{REFRESH_SECONDS}"></noscript>'
+        f"<title>dlsched</title><style>{_STYLE}</style></head><body>"
+        '<h1>dlsched</h1><p class="muted">live runtime · <a href="/docs">API</a> · <a href="/metrics">metrics</a></p>'
+        f'<div id="content"><p class="muted">updated {stamp} · {summary}</p>'
+        f"<h2>Cluster</h2>{_nodes_html(cluster, problem)}<h2>Jobs</h2>{_jobs_html(jobs)}</div>"
+        f"<script>{_SCRIPT}</script></body></html>"
+    )

@@ -1,0 +1,310 @@
+"""The service's persistent record of jobs, their events and a few settings (SQLAlchemy 2.0).
+
+The store is the only thing the REST API and the controller share: the API adds jobs and cancel
+requests, the controller reads them and writes each job's status back. Keeping that channel in a
+database (an SQLite file by default, PostgreSQL by URL) means a restarted service knows every job
+it had, and the two sides never need to call each other.
+
+Every method opens its own short session, so the store can be used from the API's worker threads
+and the controller's thread at once. Updates write only the columns they are given (an UPDATE of
+those columns, not a read-modify-write of the whole row), so the controller publishing progress
+cannot undo a cancel request the API wrote a moment before.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable, Literal, get_args
+
+from pydantic import BaseModel, Field
+from sqlalchemy import (
+    JSON, Boolean, Double, ForeignKey, Integer, String, Text, create_engine, event, select, update,
+)
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
+from sqlalchemy.pool import StaticPool
+
+from dlsched.core.errors import ConfigError
+from dlsched.live.spec import TrainJob
+
+JobStatusName = Literal["queued", "running", "done", "failed", "cancelled", "rejected"]
+JOB_STATUSES: tuple[str, ...] = get_args(JobStatusName)
+#: Statuses a job never leaves.
+FINISHED: frozenset[str] = frozenset({"done", "failed", "cancelled", "rejected"})
+
+_ID_PREFIX = "job-"
+
+
+class JobView(BaseModel):
+    """One job as the API returns it and the controller reads it."""
+
+    id: str = Field(description="assigned by the service, e.g. job-000001; never reused")
+    name: str | None = None
+    spec: TrainJob
+    status: JobStatusName
+    submitted_at: float = Field(description="unix time")
+    started_at: float | None = Field(None, description="unix time of the first start")
+    finished_at: float | None = Field(None, description="unix time it ended")
+    steps_done: int = 0
+    loss: float | None = None
+    steps_per_s: float | None = None
+    workers: int = 0
+    ps: int = 0
+    nodes: list[str] = []
+    attempt: int = 0
+    restarts: int = 0
+    reason: str = ""
+    cancel_requested: bool = False
+    job_dir: str | None = None
+
+
+class EventView(BaseModel):
+    """Something that happened to a job (submitted, started, resized, failed-run, done...)."""
+
+    job_id: str
+    time: float
+    kind: str
+    message: str = ""
+    data: dict = {}
+
+
+#: JobView fields `Store.update` may write.
+UPDATABLE: frozenset[str] = frozenset(JobView.model_fields) - {"id", "spec", "submitted_at"}
+
+
+def format_job_id(seq: int) -> str:
+    return f"{_ID_PREFIX}{seq:06d}"
+
+
+def parse_job_id(job_id: str) -> int | None:
+    """The row number behind an id, or None for anything that is not exactly one of our ids."""
+    if not isinstance(job_id, str) or not job_id.startswith(_ID_PREFIX):
+        return None
+    digits = job_id[len(_ID_PREFIX):]
+    if not digits.isascii() or not digits.isdigit():
+        return None
+    seq = int(digits)
+    return seq if format_job_id(seq) == job_id and 0 < seq < 2**62 else None
+
+
+class _Base(DeclarativeBase):
+    pass
+
+
+class _Job(_Base):
+    __tablename__ = "dlsched_jobs"
+    # AUTOINCREMENT on SQLite (a serial on PostgreSQL): ids are never handed out twice, even
+    # after the newest job's row was deleted by hand.
+    __table_args__ = {"sqlite_autoincrement": True}
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str | None] = mapped_column(Text, nullable=True)
+    spec: Mapped[dict] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    submitted_at: Mapped[float] = mapped_column(Double)
+    started_at: Mapped[float | None] = mapped_column(Double, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Double, nullable=True)
+    steps_done: Mapped[int] = mapped_column(Integer, default=0)
+    loss: Mapped[float | None] = mapped_column(Double, nullable=True)
+    steps_per_s: Mapped[float | None] = mapped_column(Double, nullable=True)
+    workers: Mapped[int] = mapped_column(Integer, default=0)
+    ps: Mapped[int] = mapped_column(Integer, default=0)
+    nodes: Mapped[list] = mapped_column(JSON, default=list)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    restarts: Mapped[int] = mapped_column(Integer, default=0)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    job_dir: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class _Event(_Base):
+    __tablename__ = "dlsched_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_seq: Mapped[int] = mapped_column(ForeignKey("dlsched_jobs.seq", ondelete="CASCADE"), index=True)
+    time: Mapped[float] = mapped_column(Double)
+    kind: Mapped[str] = mapped_column(String(64))
+    message: Mapped[str] = mapped_column(Text, default="")
+    data: Mapped[dict] = mapped_column(JSON, default=dict)
+
+
+class _Meta(_Base):
+    __tablename__ = "dlsched_meta"
+
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+def _view(row: _Job) -> JobView:
+    return JobView(
+        id=format_job_id(row.seq), name=row.name, spec=TrainJob.model_validate(row.spec), status=row.status,
+        submitted_at=row.submitted_at, started_at=row.started_at, finished_at=row.finished_at,
+        steps_done=row.steps_done or 0, loss=row.loss, steps_per_s=row.steps_per_s, workers=row.workers or 0,
+        ps=row.ps or 0, nodes=list(row.nodes or []), attempt=row.attempt or 0, restarts=row.restarts or 0,
+        reason=row.reason or "", cancel_requested=bool(row.cancel_requested), job_dir=row.job_dir,
+    )
+
+
+def _make_engine(url: str) -> Engine:
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ConfigError(f"bad database URL {url!r}: {exc}") from None
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True)
+    memory = parsed.database in (None, "", ":memory:")
+    if not memory:
+        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(
+        url,
+        connect_args={"check_same_thread": False, "timeout": 30},
+        # one shared connection for an in-memory database, or every session would see its own
+        **({"poolclass": StaticPool} if memory else {}),
+    )
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_conn, _record) -> None:  # WAL: the API reads while the controller writes
+        cur = dbapi_conn.cursor()
+        if not memory:
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.close()
+
+    return engine
+
+
+class Store:
+    """Jobs, events and settings in one database. Safe to share between threads."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.engine = _make_engine(url)
+        self._sqlite = self.engine.dialect.name == "sqlite"
+        # SQLite allows one writer; serialising our own writes avoids busy retries between the
+        # API's threads and the controller (other processes still wait on busy_timeout).
+        self._write_lock = threading.RLock()
+        _Base.metadata.create_all(self.engine)
+        self._session = sessionmaker(self.engine, expire_on_commit=False)
+
+    # ------------------------------------------------------------------ jobs
+    def add(self, job: TrainJob, now: float | None = None) -> JobView:
+        """Record a submitted job as queued; its id is the next in a sequence never reused."""
+        now = time.time() if now is None else float(now)
+        with self._write_lock, self._session.begin() as s:
+            row = _Job(name=job.name, spec=job.model_dump(mode="json"), status="queued", submitted_at=now,
+                       steps_done=0, workers=0, ps=0, nodes=[], attempt=0, restarts=0, reason="",
+                       cancel_requested=False)
+            s.add(row)
+            s.flush()
+            s.add(_Event(job_seq=row.seq, time=now, kind="submitted", message=f"{job.model} x{job.steps} steps",
+                         data={}))
+            return _view(row)
+
+    def get(self, job_id: str) -> JobView | None:
+        seq = parse_job_id(job_id)
+        if seq is None:
+            return None
+        with self._session() as s:
+            row = s.get(_Job, seq)
+            return _view(row) if row is not None else None
+
+    def list(self, statuses: Iterable[str] | None = None) -> list[JobView]:
+        """Jobs oldest first, optionally only those in `statuses`."""
+        stmt = select(_Job).order_by(_Job.seq)
+        if statuses is not None:
+            wanted = [statuses] if isinstance(statuses, str) else list(statuses)
+            bad = [x for x in wanted if x not in JOB_STATUSES]
+            if bad:
+                raise ValueError(f"unknown job status {bad[0]!r}; known: {', '.join(JOB_STATUSES)}")
+            stmt = stmt.where(_Job.status.in_(wanted))
+        with self._session() as s:
+            return [_view(r) for r in s.scalars(stmt)]
+
+    def update(self, job_id: str, **fields: Any) -> JobView:
+        """Write the given JobView fields of one job. Unknown jobs are a KeyError, fields a ValueError."""
+        bad = sorted(set(fields) - UPDATABLE)
+        if bad:
+            raise ValueError(f"cannot update job field(s) {', '.join(bad)}; updatable: {', '.join(sorted(UPDATABLE))}")
+        if "status" in fields and fields["status"] not in JOB_STATUSES:
+            raise ValueError(f"unknown job status {fields['status']!r}; known: {', '.join(JOB_STATUSES)}")
+        if "nodes" in fields:
+            fields["nodes"] = [str(n) for n in (fields["nodes"] or [])]
+        seq = parse_job_id(job_id)
+        if seq is None:
+            raise KeyError(f"no job {job_id!r}")
+        with self._write_lock, self._session.begin() as s:
+            if fields:
+                s.execute(update(_Job).where(_Job.seq == seq).values(**fields))
+            row = s.get(_Job, seq, populate_existing=True)
+            if row is None:
+                raise KeyError(f"no job {job_id!r}")
+            return _view(row)
+
+    def request_cancel(self, job_id: str) -> JobView | None:
+        """Flag the job for the controller to cancel (idempotent); None if there is no such job."""
+        seq = parse_job_id(job_id)
+        if seq is None:
+            return None
+        with self._write_lock, self._session.begin() as s:
+            row = s.get(_Job, seq)
+            if row is None:
+                return None
+            if not row.cancel_requested:
+                s.execute(update(_Job).where(_Job.seq == seq).values(cancel_requested=True))
+                s.add(_Event(job_seq=seq, time=time.time(), kind="cancel-requested", message="", data={}))
+                row = s.get(_Job, seq, populate_existing=True)
+            return _view(row)
+
+    # ------------------------------------------------------------------ events
+    def add_event(self, job_id: str, kind: str, message: str = "", data: dict | None = None,
+                  now: float | None = None) -> None:
+        seq = parse_job_id(job_id)
+        if seq is None:
+            raise KeyError(f"no job {job_id!r}")
+        now = time.time() if now is None else float(now)
+        with self._write_lock, self._session.begin() as s:
+            if s.get(_Job, seq) is None:
+                raise KeyError(f"no job {job_id!r}")
+            s.add(_Event(job_seq=seq, time=now, kind=kind, message=message, data=dict(data or {})))
+
+    def events(self, job_id: str | None = None, limit: int = 1000) -> list[EventView]:
+        """The newest `limit` events (of one job, or of all), oldest first."""
+        stmt = select(_Event).order_by(_Event.id.desc()).limit(max(0, int(limit)))
+        if job_id is not None:
+            seq = parse_job_id(job_id)
+            if seq is None:
+                return []
+            stmt = stmt.where(_Event.job_seq == seq)
+        with self._session() as s:
+            rows = list(s.scalars(stmt))
+        return [EventView(job_id=format_job_id(r.job_seq), time=r.time, kind=r.kind, message=r.message or "",
+                          data=dict(r.data or {})) for r in reversed(rows)]
+
+    # ------------------------------------------------------------------ settings
+    def get_meta(self, key: str) -> str | None:
+        with self._session() as s:
+            row = s.get(_Meta, key)
+            return row.value if row is not None else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._write_lock, self._session.begin() as s:
+            s.merge(_Meta(key=key, value=str(value)))
+
+    # ------------------------------------------------------------------ counts, lifetime
+    def counts(self) -> dict[str, int]:
+        """Jobs per status (every status present, zero when none): what /metrics exports."""
+        from sqlalchemy import func
+
+        out = dict.fromkeys(JOB_STATUSES, 0)
+        with self._session() as s:
+            for status, n in s.execute(select(_Job.status, func.count()).group_by(_Job.status)):
+                out[status] = int(n)
+        return out
+
+    def close(self) -> None:
+        self.engine.dispose()

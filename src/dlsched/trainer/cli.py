@@ -1,0 +1,131 @@
+"""Command line and environment of one trainer process (the trainer contract)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import uuid
+from pathlib import Path
+
+from typing import TYPE_CHECKING
+
+from dlsched.trainer.defaults import DEFAULT_LR, DEFAULT_WIDTH, MODELS
+
+if TYPE_CHECKING:
+    from dlsched.trainer.common import Run
+
+DEFAULT_COMM_TIMEOUT = 60.0
+
+EPILOG = """\
+environment (torch.distributed conventions):
+  RANK, WORLD_SIZE        this process's rank and the number of processes (workers + --num-ps);
+                          default 0 and 1. In ps mode ranks 0..K-1 are parameter servers and
+                          K..WORLD_SIZE-1 workers; rank K reports progress and checkpoints.
+  MASTER_ADDR, MASTER_PORT  rendezvous address (needed when WORLD_SIZE > 1)
+  DLSCHED_RUN_ID          id of this launch, echoed as "run" in progress records
+  DLSCHED_THREADS         torch threads per process (default 1)
+  DLSCHED_COMM_TIMEOUT    seconds before a rank gives up on a vanished peer (default 60)
+
+files in --job-dir: progress.jsonl (events), checkpoint.pt (resume point, any world size),
+done.json (written once all --steps are trained). SIGTERM: all ranks stop at the same step,
+checkpoint, log "stop" and exit 0.
+
+a ~10M-parameter model for resize benchmarks: --model mlp --width 2240 (9.7M parameters)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # exit 2 with one clear line plus usage
+        self.print_usage(sys.stderr)
+        self.exit(2, f"dlsched.trainer: error: {message}\n")
+
+
+def _positive_int(s: str) -> int:
+    v = int(s)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {s}")
+    return v
+
+
+def _nonneg_int(s: str) -> int:
+    v = int(s)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {s}")
+    return v
+
+
+def _positive_float(s: str) -> float:
+    v = float(s)
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {s}")
+    return v
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m dlsched.trainer", description="Elastic trainer of the dlsched live runtime: "
+                "trains one job for --steps steps of a fixed global batch, resuming from the job "
+                "directory's checkpoint at whatever world size it is started with.",
+                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--job-dir", type=Path, help="job directory (progress log, checkpoint, done marker); created if missing")
+    p.add_argument("--model", choices=MODELS, help="network: mlp (Gaussian clusters), cnn (16x16 patterns), transformer (tiny causal LM on a Markov chain)")
+    p.add_argument("--mode", choices=("ddp", "ps"), default="ddp", help="ddp: all-reduce of gradients; ps: synchronous parameter servers over torch RPC (default ddp)")
+    p.add_argument("--steps", type=_positive_int, help="total optimizer steps of the global batch")
+    p.add_argument("--batch-size", type=_positive_int, default=32, help="global batch, split over the workers (default 32)")
+    p.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the initialisation and of the synthetic data (default 0)")
+    p.add_argument("--num-ps", type=_nonneg_int, default=0, help="parameter servers K (ps mode: >= 1; ddp: 0)")
+    p.add_argument("--checkpoint-every", type=_positive_float, default=10.0, help="seconds between periodic checkpoints (default 10)")
+    p.add_argument("--lr", type=_positive_float, default=None, help="Adam learning rate (default: per model, 3e-3)")
+    p.add_argument("--report-every", type=_positive_float, default=1.0, help="seconds between progress records (default 1)")
+    p.add_argument("--width", type=_positive_int, default=None,
+                   help="model size knob: MLP hidden units (default 128), CNN channels (16), transformer d_model (64, multiple of 4); "
+                        "must stay the same across runs of a job")
+    p.add_argument("--standby", action="store_true", help="import torch, print 'ready', then read one JSON line "
+                   '{"argv": [...], "env": {...}} from stdin and run as if started with it')
+    return p
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, argparse.ArgumentParser]:
+    p = parser()
+    args = p.parse_args(argv)
+    if args.standby:
+        return args, p
+    for name in ("job_dir", "model", "steps"):
+        if getattr(args, name) is None:
+            p.error(f"--{name.replace('_', '-')} is required")
+    if args.mode == "ps" and args.num_ps < 1:
+        p.error("--mode ps needs --num-ps >= 1")
+    if args.mode == "ddp" and args.num_ps != 0:
+        p.error("--mode ddp takes --num-ps 0")
+    if args.model == "transformer" and args.width is not None and args.width % 4:
+        p.error("--width of the transformer must be a multiple of 4")
+    return args, p
+
+
+def make_run(args: argparse.Namespace, p: argparse.ArgumentParser) -> "Run":
+    from dlsched.trainer.common import Run
+
+    env = os.environ
+    try:
+        rank = int(env.get("RANK", "0"))
+        world = int(env.get("WORLD_SIZE", "1"))
+        timeout = float(env.get("DLSCHED_COMM_TIMEOUT", DEFAULT_COMM_TIMEOUT))
+        port = int(env.get("MASTER_PORT", "0"))
+    except ValueError as e:
+        p.error(f"bad environment: {e}")
+    if world < 1 or not 0 <= rank < world:
+        p.error(f"need 0 <= RANK < WORLD_SIZE, got RANK={rank} WORLD_SIZE={world}")
+    if world - args.num_ps < 1:
+        p.error(f"WORLD_SIZE={world} leaves no worker after --num-ps {args.num_ps}")
+    needs_rendezvous = world > 1 or args.mode == "ps"
+    if needs_rendezvous and (not env.get("MASTER_ADDR") or port <= 0):
+        p.error("MASTER_ADDR and MASTER_PORT must be set when WORLD_SIZE > 1 or in ps mode")
+    if timeout <= 0:
+        p.error("DLSCHED_COMM_TIMEOUT must be > 0")
+    args.job_dir.mkdir(parents=True, exist_ok=True)
+    return Run(job_dir=args.job_dir, model=args.model, mode=args.mode, steps=args.steps,
+               batch_size=args.batch_size, seed=args.seed, num_ps=args.num_ps,
+               checkpoint_every=args.checkpoint_every, lr=args.lr or DEFAULT_LR[args.model],
+               report_every=args.report_every, width=args.width or DEFAULT_WIDTH[args.model],
+               rank=rank, world_size=world, master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+               master_port=port, run_id=env.get("DLSCHED_RUN_ID") or uuid.uuid4().hex[:12],
+               comm_timeout=timeout)

@@ -1,0 +1,140 @@
+"""Start and stop a real `dlsched serve` process for end-to-end tests, and talk to it over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import yaml
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Service:
+    """`dlsched serve --config ...` as a child process; `kill()` is a crash, `stop()` a clean exit."""
+
+    def __init__(self, tmp: Path, policy: str, nodes: list[dict], backend: str = "local", **extra):
+        self.tmp = Path(tmp)
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        nodes_file = self.tmp / "nodes.yaml"
+        nodes_file.write_text(yaml.safe_dump({"nodes": nodes}))
+        cfg = {"port": self.port, "work_dir": str(self.tmp / "work"), "policy": policy, "tick": 0.5,
+               "backend": backend, "nodes": str(nodes_file), **extra}
+        self.config = self.tmp / "service.yaml"
+        self.config.write_text(yaml.safe_dump(cfg))
+        self.proc: subprocess.Popen | None = None
+        self.children: set[int] = set()
+
+    def start(self, timeout: float = 60.0) -> "Service":
+        log = open(self.tmp / "service.log", "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "dlsched.cli", "serve", "--config", str(self.config)],
+                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"service exited: {(self.tmp / 'service.log').read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        raise RuntimeError(f"service did not come up: {(self.tmp / 'service.log').read_text()[-3000:]}")
+
+    def _remember_children(self) -> None:
+        """Trainer processes run in their own sessions; note them so the test can clean up by PID."""
+        for pids in (self.tmp / "work" / "jobs").glob("*/pids.json"):
+            try:
+                self.children.update(int(p) for p in _pids(json.loads(pids.read_text())))
+            except (OSError, ValueError):
+                pass
+
+    def kill(self) -> None:
+        self._remember_children()
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        self._remember_children()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        for pid in self.children:  # anything of ours still alive after the service is gone
+            try:
+                psutil.Process(pid).kill()
+            except psutil.Error:
+                pass
+
+    # ---- HTTP helpers
+    def submit(self, **job) -> dict:
+        r = httpx.post(f"{self.url}/jobs", json=job, timeout=10)
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    def jobs(self) -> list[dict]:
+        return httpx.get(f"{self.url}/jobs", timeout=10).json()
+
+    def events(self, job_id: str) -> list[dict]:
+        return httpx.get(f"{self.url}/jobs/{job_id}/events", timeout=10).json()
+
+    def wait(self, pred, timeout: float, what: str):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            jobs = self.jobs()
+            if pred(jobs):
+                return jobs
+            time.sleep(0.5)
+        raise AssertionError(f"timed out waiting for {what}: {json.dumps(self.jobs(), indent=1)[:4000]}\n"
+                             f"{(self.tmp / 'service.log').read_text()[-4000:]}")
+
+    def job_dir(self, job_id: str) -> Path:
+        return self.tmp / "work" / "jobs" / job_id
+
+
+def _pids(data) -> list[int]:
+    """Every integer under a 'pid'/'pids' key of the backend's pids.json, whatever its layout."""
+    out: list[int] = []
+    if isinstance(data, dict):
+        for k, v in data.items():
+            if k in ("pid", "pids"):
+                out += [v] if isinstance(v, int) else [x for x in v if isinstance(x, int)] if isinstance(v, list) else []
+            else:
+                out += _pids(v)
+    elif isinstance(data, list):
+        for x in data:
+            out += _pids(x)
+    return out
+
+
+def progress_records(job_dir: Path) -> list[dict]:
+    path = Path(job_dir) / "progress.jsonl"
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
+def all_ended(jobs: list[dict]) -> bool:
+    return bool(jobs) and all(j["status"] not in ("queued", "running") for j in jobs)

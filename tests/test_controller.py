@@ -1,0 +1,170 @@
+"""The live controller against a fake backend and clock: the policy's plan becomes start, resize,
+preempt and restart actions, the store records every job's life, nothing is lost on a restart."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlsched.core import Cluster
+from dlsched.core.allocation import Allocation
+from dlsched.core.plan import Plan
+from dlsched.core.policy import Policy
+from dlsched.live.controller import Controller
+from dlsched.live.spec import TrainJob
+from dlsched.live.store import Store
+from dlsched.policies.registry import make_policy
+from dlsched.live.dry_backend import DryBackend, FakeClock
+
+
+def _setup(tmp_path, policy, nodes=1, gpus=2, **backend_kw):
+    clock = FakeClock()
+    cluster = Cluster.homogeneous("live", nodes=nodes, gpus=gpus, cpus=8, mem=32)
+    backend = DryBackend(cluster, clock, **backend_kw)
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    ctl = Controller(store, backend, policy, work_dir=tmp_path, tick=1.0, clock=clock)
+    return clock, backend, store, ctl
+
+
+def _drive(ctl, clock, seconds, dt=1.0):
+    for _ in range(int(seconds / dt)):
+        clock.advance(dt)
+        ctl.step()
+        if ctl.idle():
+            return
+
+
+def test_fifo_runs_jobs_in_order_to_their_full_steps(tmp_path):
+    clock, backend, store, ctl = _setup(tmp_path, make_policy("fifo"), gpus=1)
+    a = store.add(TrainJob(model="mlp", steps=50), now=clock())
+    clock.advance(1)
+    b = store.add(TrainJob(model="mlp", steps=30), now=clock())
+    ctl.step()
+    assert store.get(a.id).status == "running" and store.get(b.id).status == "queued"
+    _drive(ctl, clock, 60)
+    va, vb = store.get(a.id), store.get(b.id)
+    assert va.status == vb.status == "done"
+    assert (va.steps_done, vb.steps_done) == (50, 30)
+    assert vb.started_at >= va.finished_at  # one GPU slot: strictly one after the other
+    assert [launch.job_id for launch in backend.launches] == [a.id, b.id]
+
+
+def test_elastic_policy_resizes_a_running_job_when_another_arrives(tmp_path):
+    clock, backend, store, ctl = _setup(tmp_path, make_policy("drf"), gpus=2)
+    a = store.add(TrainJob(model="mlp", steps=400, workers=1, min_workers=1, max_workers=2), now=clock())
+    _drive(ctl, clock, 5)
+    assert backend.launches[-1].allocation.num_workers == 2  # DRF fills the cluster
+    b = store.add(TrainJob(model="cnn", steps=100, workers=1, min_workers=1, max_workers=2), now=clock())
+    _drive(ctl, clock, 200)
+    assert store.get(a.id).status == store.get(b.id).status == "done"
+    sizes_a = [launch.allocation.num_workers for launch in backend.launches if launch.job_id == a.id]
+    assert 2 in sizes_a and 1 in sizes_a  # shrunk to make room, and back
+    kinds = [e.kind for e in store.events(a.id)]
+    assert "resized" in kinds and kinds[-1] == "done"
+    assert store.get(a.id).steps_done == 400
+    assert ctl.pauses and all(p >= 0 for p in ctl.pauses)  # each resize's pause was measured
+
+
+def test_crashed_run_resumes_from_its_checkpoint_and_finishes(tmp_path):
+    clock, backend, store, ctl = _setup(tmp_path, make_policy("fifo"), gpus=1)
+    a = store.add(TrainJob(model="mlp", steps=100), now=clock())
+    _drive(ctl, clock, 4)
+    backend.crash(a.id)
+    _drive(ctl, clock, 60)
+    view = store.get(a.id)
+    assert view.status == "done" and view.steps_done == 100
+    assert view.restarts >= 1
+    assert "failed-run" in [e.kind for e in store.events(a.id)]
+
+
+def test_a_job_failing_every_run_is_given_up(tmp_path):
+    clock, backend, store, ctl = _setup(tmp_path, make_policy("fifo"), gpus=1, rate_per_worker=0.0001)
+    a = store.add(TrainJob(model="mlp", steps=100), now=clock())
+    for _ in range(10):
+        _drive(ctl, clock, 2)
+        if a.id in backend.runs and not backend.runs[a.id].failed:
+            backend.crash(a.id)
+    view = store.get(a.id)
+    assert view.status == "failed" and "failed in a row" in view.reason
+
+
+def test_cancel_waiting_and_running_jobs(tmp_path):
+    clock, backend, store, ctl = _setup(tmp_path, make_policy("fifo"), gpus=1)
+    a = store.add(TrainJob(model="mlp", steps=1000), now=clock())
+    b = store.add(TrainJob(model="mlp", steps=1000), now=clock())
+    _drive(ctl, clock, 3)
+    store.request_cancel(b.id)
+    store.request_cancel(a.id)
+    _drive(ctl, clock, 3)
+    assert store.get(a.id).status == store.get(b.id).status == "cancelled"
+    assert backend.runs.get(a.id) is None or backend.runs[a.id].stopped
+    assert ctl.idle()
+
+
+def test_restarted_controller_resumes_waiting_and_running_jobs_without_losing_any(tmp_path):
+    clock, backend, store, ctl = _setup(tmp_path, make_policy("fifo"), gpus=1)
+    a = store.add(TrainJob(model="mlp", steps=100), now=clock())
+    b = store.add(TrainJob(model="mlp", steps=20), now=clock())
+    _drive(ctl, clock, 4)
+    ctl.shutdown(stop_jobs=True)
+    assert store.get(a.id).status == "queued" and store.get(a.id).steps_done > 0
+    ctl2 = Controller(store, backend, make_policy("fifo"), work_dir=tmp_path, clock=clock)
+    _drive(ctl2, clock, 60)
+    assert store.get(a.id).status == store.get(b.id).status == "done"
+    assert backend.completions == {a.id: 1, b.id: 1}  # each ran to completion exactly once
+
+
+def test_job_that_can_never_fit_is_rejected_with_a_reason(tmp_path):
+    clock, backend, store, ctl = _setup(tmp_path, make_policy("fifo"), gpus=1)
+    a = store.add(TrainJob(model="mlp", steps=10, workers=4), now=clock())
+    ctl.step()
+    view = store.get(a.id)
+    assert view.status == "rejected" and view.reason
+
+
+class _Greedy(Policy):
+    """A buggy policy: puts every job on node 0 whatever its capacity."""
+
+    name = "greedy-bug"
+
+    def schedule(self, snap):
+        plan = Plan()
+        for js in snap.jobs():
+            plan.assign(js.job_id, Allocation.single_node(0, js.spec.num_workers))
+        return plan
+
+
+def test_an_invalid_plan_changes_nothing_and_is_reported(tmp_path):
+    clock, backend, store, ctl = _setup(tmp_path, _Greedy(), gpus=1)
+    store.add(TrainJob(model="mlp", steps=10), now=clock())
+    store.add(TrainJob(model="mlp", steps=10), now=clock())
+    ctl.step()
+    assert backend.launches == []
+    assert "over-allocates" in ctl.last_plan_error
+
+
+@pytest.mark.parametrize("name", ["optimus", "tiresias", "dragon", "qos"])
+def test_other_policies_drive_the_live_loop_to_completion(tmp_path, name):
+    options = {"optimus": {"interval": 10.0}, "qos": {"interval": 10.0}}.get(name, {})
+    clock, backend, store, ctl = _setup(tmp_path, make_policy(name, **options), nodes=2, gpus=2)
+    ids = [store.add(TrainJob(model=m, steps=s, workers=1, min_workers=1, max_workers=2), now=clock()).id
+           for m, s in (("mlp", 60), ("cnn", 90), ("transformer", 40))]
+    _drive(ctl, clock, 300)
+    assert [store.get(i).status for i in ids] == ["done"] * 3
+
+
+def test_dl2_fine_tunes_online_from_measured_progress_in_the_live_loop(tmp_path):
+    import torch
+
+    from dlsched.policies.dl2 import SHIPPED_MODEL, DL2Policy, load_model
+    from dlsched.rl.actor_critic import RLConfig
+
+    policy = DL2Policy(load_model(SHIPPED_MODEL)[0], slot_seconds=10.0, online=True, rl=RLConfig(batch=8))
+    before = [p.detach().clone() for p in policy.net.parameters()]
+    clock, backend, store, ctl = _setup(tmp_path, policy, nodes=2, gpus=2)
+    ids = [store.add(TrainJob(model=m, steps=s, workers=1, min_workers=1, max_workers=2), now=clock()).id
+           for m, s in (("mlp", 2000), ("cnn", 3000), ("transformer", 1500))]
+    _drive(ctl, clock, 1500)
+    assert [store.get(i).status for i in ids] == ["done"] * 3
+    assert policy.updates > 0
+    after = list(policy.net.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(after, before))  # it learned from the live rewards
