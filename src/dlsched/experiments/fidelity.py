@@ -34,7 +34,7 @@ STEPS = {"mlp": 25000, "cnn": 6000, "transformer": 1500}
 FIDELITY_NODES = [{"name": "n0", "gpus": 1, "cpus": 2, "mem_gb": 8}, {"name": "n1", "gpus": 1, "cpus": 2, "mem_gb": 8}]
 
 #: Live-friendly options: decide every 10 s instead of Optimus' 600 s slot (jobs last a minute).
-POLICY_OPTIONS: dict[str, dict] = {"optimus": {"interval": 10.0}, "qos": {"interval": 10.0}}
+POLICY_OPTIONS: dict[str, dict] = {"optimus": {"interval": 10.0}, "qos": {"interval": 10.0}, "dl2": {"slot_seconds": 10.0}}
 
 
 def fidelity_workload(jobs: int = 10, span_s: float = 120.0, seed: int = 0, scale: float = 1.0) -> list[Arrival]:

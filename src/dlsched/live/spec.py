@@ -31,6 +31,9 @@ class TrainJob(BaseModel):
     steps: int = Field(gt=0, le=10_000_000, description="total training steps of the global batch")
     batch_size: int = Field(32, gt=0, le=65_536, description="global batch, split over the workers")
     lr: float | None = Field(None, gt=0, le=10, description="learning rate (None: the model's default)")
+    width: int | None = Field(None, gt=0, le=8192, description="model size: MLP hidden units, CNN channels or "
+                              "transformer d_model, a multiple of 4 (None: the model's default; "
+                              "mlp 3150 is ~10M parameters)")
     seed: int = Field(0, ge=0, le=2**31 - 1, description="data and initialisation seed")
     workers: int = Field(1, ge=1, le=256, description="requested workers")
     min_workers: int | None = Field(None, ge=1, le=256, description="elastic lower bound (default: workers)")
@@ -55,6 +58,8 @@ class TrainJob(BaseModel):
         hi = self.max_workers if self.max_workers is not None else self.workers
         if not lo <= self.workers <= hi:
             raise ValueError(f"need min_workers ({lo}) <= workers ({self.workers}) <= max_workers ({hi})")
+        if self.model == "transformer" and self.width is not None and self.width % 4:
+            raise ValueError(f"width of the transformer must be a multiple of 4, got {self.width}")
         if self.mode == "ps":
             plo = self.min_ps if self.min_ps is not None else 1
             phi = self.max_ps if self.max_ps is not None else max(self.ps, hi)
@@ -75,7 +80,7 @@ class TrainJob(BaseModel):
             min_workers=self.min_workers,
             max_workers=self.max_workers,
             arch=Architecture.PS if ps_mode else Architecture.ALLREDUCE,
-            model=f"live-{self.model}",
+            model=f"live-{self.model}" if self.width is None else f"live-{self.model}-w{self.width}",
             worker_demand=(self.gpus_per_worker, self.cpus_per_worker, self.mem_gb_per_worker),
             ps_demand=(0.0, self.cpus_per_ps, self.mem_gb_per_ps),
             num_ps=self.ps if ps_mode else 0,
@@ -104,4 +109,6 @@ class TrainJob(BaseModel):
         ]
         if self.lr is not None:
             argv += ["--lr", f"{self.lr:g}"]
+        if self.width is not None:
+            argv += ["--width", str(self.width)]
         return argv

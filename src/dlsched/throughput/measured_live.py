@@ -25,22 +25,41 @@ Key = tuple[str, int, int]  # (model, workers, ps)
 
 
 def read_rates(job_dir: Path, model: str) -> dict[Key, list[float]]:
-    """Steps/s of every steady-state progress record in one job's log, by size."""
+    """Steps/s of every steady-state progress record in one job's log, by size. A run too short
+    to write a progress record (under the trainer's 1 s report interval) counts once, at its mean
+    speed from its first step to its last record."""
     out: dict[Key, list[float]] = defaultdict(list)
     try:
         lines = (Path(job_dir) / PROGRESS).read_text().splitlines()
     except OSError:
         return out
+    runs: dict[tuple[str, Key], list[dict]] = defaultdict(list)  # a run has one size
     for line in lines:
         try:
             rec = json.loads(line)
-        except ValueError:
+            key = (model, int(rec.get("workers", 1)), int(rec.get("ps", 0)))
+        except (ValueError, TypeError, AttributeError):
             continue
-        rate = rec.get("steps_per_s")
-        if rec.get("event") != "progress" or not isinstance(rate, (int, float)) or rate <= 0:
-            continue
-        out[(model, int(rec.get("workers", 1)), int(rec.get("ps", 0)))].append(float(rate))
-    return out
+        runs[(str(rec.get("run")), key)].append(rec)
+    for (_, key), recs in runs.items():
+        rates = [r["steps_per_s"] for r in recs if r.get("event") == "progress"
+                 and isinstance(r.get("steps_per_s"), (int, float)) and r["steps_per_s"] > 0]
+        if not rates:
+            rates = _mean_rate(recs)
+        out[key].extend(float(r) for r in rates)
+    return {k: v for k, v in out.items() if v}
+
+
+def _mean_rate(recs: list[dict]) -> list[float]:
+    first = next((r for r in recs if r.get("event") == "start"), None)
+    if first is None:
+        return []
+    last = recs[-1]
+    try:
+        steps, seconds = last["step"] - first["step"], last["time"] - first["time"]
+    except (KeyError, TypeError):
+        return []
+    return [steps / seconds] if steps > 0 and seconds > 0 else []
 
 
 class MeasuredThroughput(ThroughputModel):

@@ -31,7 +31,7 @@ files in --job-dir: progress.jsonl (events), checkpoint.pt (resume point, any wo
 done.json (written once all --steps are trained). SIGTERM: all ranks stop at the same step,
 checkpoint, log "stop" and exit 0.
 
-a ~10M-parameter model for resize benchmarks: --model mlp --width 2240 (9.7M parameters)."""
+a ~10M-parameter model for resize benchmarks: --model mlp --width 3150 (10.1M parameters)."""
 
 
 class _Parser(argparse.ArgumentParser):
