@@ -54,6 +54,19 @@ def test_update_writes_only_known_fields(store):
     assert store.get(job.id).status == "done"
 
 
+def test_update_many_writes_all_or_nothing(store):
+    a, b = store.add(_job()), store.add(_job())
+    store.update_many({a.id: {"steps_done": 4, "loss": 0.5}, b.id: {"steps_done": 7, "nodes": ["n0"]}})
+    assert (store.get(a.id).steps_done, store.get(a.id).loss) == (4, 0.5)
+    assert (store.get(b.id).steps_done, store.get(b.id).nodes) == (7, ["n0"])
+    with pytest.raises(ValueError, match="cannot update job field"):
+        store.update_many({a.id: {"steps_done": 9}, b.id: {"spec": {}}})
+    with pytest.raises(KeyError):
+        store.update_many({a.id: {"steps_done": 9}, "nonsense": {"steps_done": 1}})
+    assert store.get(a.id).steps_done == 4  # a bad entry anywhere writes nothing
+    store.update_many({})
+
+
 def test_cancel_request_is_idempotent_and_recorded(store):
     job = store.add(_job())
     assert store.request_cancel(job.id).cancel_requested

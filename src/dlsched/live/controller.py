@@ -109,6 +109,7 @@ class Controller:
         self._next_tick = self.time.now if policy.interval else float("inf")
         self._wake = float("inf")
         self.last_plan_error = ""
+        self._published: dict[str, dict] = {}  # what _publish last wrote per running job
         self._lock = threading.Lock()
         policy.reset(self.cluster, seed)
         self._recover()
@@ -432,10 +433,14 @@ class Controller:
     # ------------------------------------------------------------------ bookkeeping
     def _publish(self) -> None:
         """Write running jobs' progress to the store, and the gauges."""
+        changed = {}
         for jid, js in self.jobs.items():
             if js.status is JobStatus.RUNNING:
-                self.store.update(jid, steps_done=int(js._progress), steps_per_s=js.rate or None,
-                                  loss=js.samples[-1][1] if js.samples else None)
+                row = {"steps_done": int(js._progress), "steps_per_s": js.rate or None,
+                       "loss": js.samples[-1][1] if js.samples else None}
+                if self._published.get(jid) != row:
+                    changed[jid] = self._published[jid] = row
+        self.store.update_many(changed)
         if self.metrics is not None:
             used = self._used()
             self.metrics.gpu_slots_total.set(float(self.cluster.capacity[:, GPU].sum()))
@@ -451,6 +456,7 @@ class Controller:
                 except KeyError:
                     pass
             del self.jobs[jid]
+            self._published.pop(jid, None)
 
     def _count(self, kind: str) -> None:
         if self.metrics is not None:

@@ -178,6 +178,20 @@ def _make_engine(url: str) -> Engine:
     return engine
 
 
+def _checked_update(job_id: str, fields: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    bad = sorted(set(fields) - UPDATABLE)
+    if bad:
+        raise ValueError(f"cannot update job field(s) {', '.join(bad)}; updatable: {', '.join(sorted(UPDATABLE))}")
+    if "status" in fields and fields["status"] not in JOB_STATUSES:
+        raise ValueError(f"unknown job status {fields['status']!r}; known: {', '.join(JOB_STATUSES)}")
+    if "nodes" in fields:
+        fields = {**fields, "nodes": [str(n) for n in (fields["nodes"] or [])]}
+    seq = parse_job_id(job_id)
+    if seq is None:
+        raise KeyError(f"no job {job_id!r}")
+    return seq, fields
+
+
 class Store:
     """Jobs, events and settings in one database. Safe to share between threads."""
 
@@ -227,16 +241,7 @@ class Store:
 
     def update(self, job_id: str, **fields: Any) -> JobView:
         """Write the given JobView fields of one job. Unknown jobs are a KeyError, fields a ValueError."""
-        bad = sorted(set(fields) - UPDATABLE)
-        if bad:
-            raise ValueError(f"cannot update job field(s) {', '.join(bad)}; updatable: {', '.join(sorted(UPDATABLE))}")
-        if "status" in fields and fields["status"] not in JOB_STATUSES:
-            raise ValueError(f"unknown job status {fields['status']!r}; known: {', '.join(JOB_STATUSES)}")
-        if "nodes" in fields:
-            fields["nodes"] = [str(n) for n in (fields["nodes"] or [])]
-        seq = parse_job_id(job_id)
-        if seq is None:
-            raise KeyError(f"no job {job_id!r}")
+        seq, fields = _checked_update(job_id, fields)
         with self._write_lock, self._session.begin() as s:
             if fields:
                 s.execute(update(_Job).where(_Job.seq == seq).values(**fields))
@@ -244,6 +249,18 @@ class Store:
             if row is None:
                 raise KeyError(f"no job {job_id!r}")
             return _view(row)
+
+    def update_many(self, updates: dict[str, dict[str, Any]]) -> None:
+        """`update` for many jobs in one transaction (the controller's per-round progress: one
+        commit instead of one per running job). Rows are not read back."""
+        rows = [{"seq": seq, **fields} for seq, fields in (_checked_update(j, f) for j, f in updates.items())]
+        if not rows:
+            return
+        with self._write_lock, self._session.begin() as s:
+            for row in rows:
+                seq = row.pop("seq")
+                if row:
+                    s.execute(update(_Job).where(_Job.seq == seq).values(**row))
 
     def request_cancel(self, job_id: str) -> JobView | None:
         """Flag the job for the controller to cancel (idempotent); None if there is no such job."""
