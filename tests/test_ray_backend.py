@@ -233,6 +233,8 @@ def test_a_dead_actor_fails_the_run_and_takes_its_trainer_along(ray_cluster, tmp
     launch = _launch(tmp_path, "jd", Allocation.of({0: (1, 0), 1: (1, 0)}), workers=2, steps=10_000)
     backend.start(launch)
     _wait(backend, "jd", {"running"}, cond=lambda o: o.step >= 1)
+    # a rank's pid is known once the backend has polled its actor, which may lag the first step
+    _wait(backend, "jd", {"running"}, cond=lambda o: all(p["pid"] for p in backend.placements("jd")))
     _remember(cluster, backend, "jd")
     pids = [p["pid"] for p in backend.placements("jd")]
     ray.kill(backend._jobs["jd"].run.tasks[1].actor)  # as if its node or worker process died
