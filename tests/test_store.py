@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
 
 from dlsched.core.errors import ConfigError
 from dlsched.live.spec import TrainJob
@@ -16,9 +17,27 @@ def _job(**kw) -> TrainJob:
     return TrainJob(**{"model": "mlp", "steps": 10, **kw})
 
 
+#: A PostgreSQL database the store tests may empty, e.g. postgresql+psycopg://user@127.0.0.1:5432/test
+#: (needs `pip install 'dlsched[postgres]'`). Without it the tests run on SQLite only.
+PG_URL = os.environ.get("DLSCHED_TEST_PG_URL")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'db' / 'dlsched.db'}"  # parent folder created on demand
+    if not PG_URL:
+        pytest.skip("set DLSCHED_TEST_PG_URL to run the store tests on PostgreSQL too")
+    engine = create_engine(PG_URL)
+    with engine.begin() as conn:  # every test starts from an empty database
+        conn.execute(text("DROP TABLE IF EXISTS dlsched_events, dlsched_meta, dlsched_jobs CASCADE"))
+    engine.dispose()
+    return PG_URL
+
+
 @pytest.fixture
-def store(tmp_path):
-    s = Store(f"sqlite:///{tmp_path / 'db' / 'dlsched.db'}")  # parent folder created on demand
+def store(db_url):
+    s = Store(db_url)
     yield s
     s.close()
 
@@ -105,8 +124,8 @@ def test_meta_and_counts(store):
     assert counts["queued"] == 1 and counts["failed"] == 1 and counts["done"] == 0 and len(counts) == 6
 
 
-def test_everything_survives_reopening_the_file_and_ids_are_never_reused(tmp_path):
-    url = f"sqlite:///{tmp_path / 'dlsched.db'}"
+def test_everything_survives_reopening_the_file_and_ids_are_never_reused(db_url):
+    url = db_url
     s = Store(url)
     a = s.add(_job(name="keep"), now=5.0)
     b = s.add(_job(), now=6.0)

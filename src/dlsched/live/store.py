@@ -23,7 +23,7 @@ from sqlalchemy import (
     JSON, Boolean, Double, ForeignKey, Integer, String, Text, create_engine, event, select, update,
 )
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 from sqlalchemy.pool import StaticPool
 
@@ -154,7 +154,11 @@ def _make_engine(url: str) -> Engine:
     except ArgumentError as exc:
         raise ConfigError(f"bad database URL {url!r}: {exc}") from None
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
+        try:
+            return create_engine(url, pool_pre_ping=True)
+        except ImportError as exc:
+            hint = " (pip install 'dlsched[postgres]')" if parsed.get_backend_name() == "postgresql" else ""
+            raise ConfigError(f"no database driver for {parsed.drivername!r}: {exc}{hint}") from None
     memory = parsed.database in (None, "", ":memory:")
     if not memory:
         Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
@@ -202,7 +206,11 @@ class Store:
         # SQLite allows one writer; serialising our own writes avoids busy retries between the
         # API's threads and the controller (other processes still wait on busy_timeout).
         self._write_lock = threading.RLock()
-        _Base.metadata.create_all(self.engine)
+        try:
+            _Base.metadata.create_all(self.engine)
+        except OperationalError as exc:
+            self.engine.dispose()
+            raise ConfigError(f"cannot open the database {self.engine.url!r}: {exc.orig}") from None
         self._session = sessionmaker(self.engine, expire_on_commit=False)
 
     # ------------------------------------------------------------------ jobs
