@@ -20,15 +20,10 @@ from typer.testing import CliRunner
 from dlsched.cli import app
 from dlsched.live.api import create_app
 from dlsched.live.store import Store
+from tests.live_service import free_port
 from tests.test_api import FakeController
 
 runner = CliRunner()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -105,7 +100,7 @@ def test_bad_job_file_is_refused_locally_with_file_and_key(service, tmp_path):
 
 
 def test_no_service_is_one_clear_line():
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     for args in (("status",), ("cancel", "job-000001")):
         r = _cli(*args, "--url", url)
         assert r.exit_code == 2
@@ -114,7 +109,7 @@ def test_no_service_is_one_clear_line():
 
 
 def test_serve_runs_jobs_and_stops_cleanly_on_sigterm(tmp_path):
-    port = _free_port()
+    port = free_port()
     work = tmp_path / "svc"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(

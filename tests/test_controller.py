@@ -107,6 +107,7 @@ def test_restarted_controller_resumes_waiting_and_running_jobs_without_losing_an
     _drive(ctl, clock, 4)
     ctl.shutdown(stop_jobs=True)
     assert store.get(a.id).status == "queued" and store.get(a.id).steps_done > 0
+    assert store.events(a.id)[-1].kind == "suspended"
     ctl2 = Controller(store, backend, make_policy("fifo"), work_dir=tmp_path, clock=clock)
     _drive(ctl2, clock, 60)
     assert store.get(a.id).status == store.get(b.id).status == "done"

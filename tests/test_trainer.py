@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,14 +15,9 @@ import pytest
 import torch
 
 from dlsched.live.progress_log import ProgressReader, is_done
+from tests.live_service import free_port
 
 TIMEOUT = 90
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def trainer_argv(job_dir: Path, model: str = "mlp", mode: str = "ddp", steps: int = 60, num_ps: int = 0,

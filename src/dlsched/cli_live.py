@@ -15,7 +15,7 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from dlsched.cli_support import console, err_console, friendly
+from dlsched.cli_support import console, friendly
 from dlsched.core.errors import ConfigError, DlschedError
 
 DEFAULT_URL = "http://127.0.0.1:8765"

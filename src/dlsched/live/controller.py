@@ -523,15 +523,6 @@ class Controller:
         with self._lock:
             if not stop_jobs:
                 return
-            for jid, js in list(self.jobs.items()):
+            for js in list(self.jobs.values()):
                 if js.status is JobStatus.RUNNING:
-                    self.backend.stop(jid, self.stop_timeout)
-                    self.time.now = self.now()
-                    obs = self.backend.observe().get(jid)
-                    if obs is not None:
-                        self._fold(js, obs, self.time.now)
-                    self.backend.forget(jid)
-                    self._release(js)
-                    js.status = JobStatus.PENDING
-                    self.store.update(jid, status="queued", workers=0, ps=0, nodes=[], steps_done=int(js._progress))
-                    self.store.add_event(jid, "suspended", "service stopped: resumes from its checkpoint")
+                    self._stop(js, "suspended", "service stopped: resumes from its checkpoint")

@@ -45,7 +45,7 @@ from dlsched.core.cluster import Cluster
 from dlsched.core.errors import ConfigError
 from dlsched.live.backend import Backend, Launch, Observation, RunState
 from dlsched.live.nodes import LocalNodes, default_local_nodes, load_nodes
-from dlsched.live.progress_log import ProgressReader, is_done
+from dlsched.live.progress_log import ProgressReader, is_done, log_tail
 from dlsched.live.standby_pool import StandbyPool
 
 log = logging.getLogger(__name__)
@@ -484,21 +484,11 @@ def _describe_exit(rk: _Rank) -> str:
     return f"exited with code {rk.code}"
 
 
-def _tail(path: Path, limit: int = 1500) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - limit))
-            return f.read().decode(errors="replace").strip()
-    except OSError:
-        return ""
-
-
 def _failure_message(run: _Run, culprits: list[_Rank]) -> str:
     parts = [f"rank {rk.rank} ({rk.role} on {rk.node}, pid {rk.pid}) {_describe_exit(rk)}" for rk in culprits]
     msg = "; ".join(parts) + " without done.json"
     first = culprits[0]
-    tail = _tail(first.log)
+    tail = log_tail(first.log, 1500)
     if tail:
         msg += f"\n--- tail of {first.log.name} ---\n{tail}"
     return msg

@@ -16,12 +16,25 @@ as often as it likes and pays only for the new lines.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 PROGRESS = "progress.jsonl"
 DONE = "done.json"
 CHECKPOINT = "checkpoint.pt"
+
+
+def log_tail(path: str | Path | None, limit: int) -> str:
+    """The last `limit` bytes of a log, stripped ("" when it cannot be read): what a failure
+    message quotes of a trainer's output."""
+    try:
+        with open(path or "", "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - limit))
+            return f.read().decode(errors="replace").strip()
+    except OSError:
+        return ""
 
 
 def is_done(job_dir: Path) -> bool:

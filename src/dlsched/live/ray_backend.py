@@ -74,7 +74,8 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from dlsched.core.cluster import Cluster
 from dlsched.core.errors import ConfigError
 from dlsched.live.backend import Backend, Launch, Observation, RunState
-from dlsched.live.progress_log import ProgressReader, is_done
+from dlsched.live.progress_log import ProgressReader, is_done, log_tail
+from dlsched.live.standby_pool import says_ready
 
 GIB = 2**30
 #: A bundle takes this much of its node's label resource: enough to pin it, never a limit.
@@ -101,16 +102,6 @@ except (OSError, AttributeError):
 def _clean_env() -> dict[str, str]:
     """The actor's environment without Ray's own settings (the trainer is no Ray worker)."""
     return {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-
-
-def _tail(path: str | None, limit: int = 2000) -> str:
-    try:
-        with open(path or "", "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - limit))
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
 
 
 class StandbyPool:
@@ -144,7 +135,7 @@ class StandbyPool:
         """Hand the oldest standby its command line; start a replacement."""
         self._fill()
         proc, log = self.idle.pop(0)
-        warm = "ready" in _tail(log, 200)
+        warm = says_ready(log)
         proc.stdin.write((json.dumps({"argv": argv, "env": env}) + "\n").encode())
         proc.stdin.close()
         self.busy[proc.pid] = proc
@@ -153,7 +144,7 @@ class StandbyPool:
 
     def ready(self) -> int:
         """Idle standbys that have finished importing (said "ready")."""
-        return sum(1 for p, log in self.idle if p.poll() is None and "ready" in _tail(log, 200))
+        return sum(1 for p, log in self.idle if p.poll() is None and says_ready(log))
 
     def poll(self, pid: int) -> int | None:
         proc = self.busy.get(pid)
@@ -240,7 +231,7 @@ class TaskRunner:
         code = self._code()
         out: dict[str, Any] = {"pid": self.pid, "code": code, "error": self.error, "warm": self.warm}
         if (code not in (None, 0)) or self.error:
-            out["tail"] = _tail(self.log_path)
+            out["tail"] = log_tail(self.log_path, 2000)
         return out
 
     def signal(self, sig: int) -> None:

@@ -39,6 +39,8 @@ from pathlib import Path
 
 import psutil
 
+from dlsched.live.progress_log import log_tail
+
 log = logging.getLogger(__name__)
 
 #: Consecutive standby processes that die before `ready` after which the pool gives up.
@@ -175,7 +177,7 @@ class StandbyPool:
                     self._pool.remove(w)
                     if not w.ready:
                         self._failures += 1
-                        self.last_error = f"standby exited with {code}: {_tail(w.log)}"
+                        self.last_error = f"standby exited with {code}: {log_tail(w.log, 500)}"
                         if self._failures >= MAX_FAILURES and self.supported is not True:
                             self.supported = False
                             log.info("trainer has no usable --standby mode; cold starts only (%s)",
@@ -184,7 +186,7 @@ class StandbyPool:
                         w.log.unlink()
                     except OSError:
                         pass
-                elif not w.ready and _says_ready(w.log):
+                elif not w.ready and says_ready(w.log):
                     w.ready = True
                     self.supported = True
                     self._failures = 0
@@ -217,21 +219,14 @@ class StandbyPool:
         return Warm(proc, path, time.time(), ct, nice=self.warm_nice)
 
 
-def _says_ready(path: Path) -> bool:
+def says_ready(path: str | Path) -> bool:
+    """Whether a standby interpreter has printed its `ready` line (the --standby protocol)."""
     try:
         with open(path, "rb") as f:
             head = f.read(1 << 16)
     except OSError:
         return False
     return any(line.strip() == b"ready" for line in head.splitlines())
-
-
-def _tail(path: Path, limit: int = 500) -> str:
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return ""
-    return data[-limit:].decode(errors="replace").strip()
 
 
 def _kill(proc: subprocess.Popen) -> None:

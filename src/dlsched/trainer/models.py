@@ -12,8 +12,6 @@ import math
 import torch
 from torch import nn
 
-from dlsched.trainer.defaults import DEFAULT_LR, DEFAULT_WIDTH, MODELS  # noqa: F401  (re-exported)
-
 N_CLASSES = 10
 MLP_IN = 32
 IMG = 16

@@ -12,7 +12,6 @@ workers stop after the same step. The reporting worker checkpoints by gathering 
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
