@@ -168,7 +168,8 @@ def run_service(cfg: ServiceConfig, *, announce=print) -> None:
     shown = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
     if cfg.host in ("0.0.0.0", "::"):
         shown = "127.0.0.1"
-    announce(f"dlsched service: policy {cfg.policy}, backend {cfg.backend}, store {cfg.database_url()}")
+    store_url = svc.store.engine.url.render_as_string(hide_password=True)  # never print a password
+    announce(f"dlsched service: policy {cfg.policy}, backend {cfg.backend}, store {store_url}")
     announce(f"status page: http://{shown}:{cfg.port}/   (API docs: /docs, metrics: /metrics)")
     svc.start_controller()
     previous = _absorb_exit_signals()
