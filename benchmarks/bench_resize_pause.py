@@ -31,7 +31,7 @@ from dlsched.core.allocation import Allocation
 from dlsched.live.backend import Launch, Observation
 from dlsched.live.local_backend import LocalBackend
 from dlsched.live.nodes import parse_nodes
-from dlsched.live.progress_log import PROGRESS
+from dlsched.trainer.protocol import PROGRESS
 from dlsched.live.spec import TrainJob
 
 NODES = {"name": "bench", "nodes": [{"name": "n0", "gpus": 2, "cpus": 2, "mem_gb": 16}]}

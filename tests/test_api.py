@@ -11,7 +11,12 @@ from dlsched.live.store import Store
 
 
 class FakeController:
-    """What the API needs of the controller: its cluster view."""
+    """What the API needs of the controller: its cluster view and its health."""
+
+    error = ""
+
+    def health(self) -> str:
+        return self.error
 
     def cluster_view(self) -> dict:
         return {
@@ -117,8 +122,17 @@ def test_cluster_view_and_503_without_controller(env, tmp_path):
     bare = TestClient(create_app(store))
     r = bare.get("/cluster")
     assert r.status_code == 503 and "no controller" in r.json()["detail"]
-    assert bare.get("/healthz").json() == {"status": "ok", "controller": False}
+    assert bare.get("/healthz").json() == {"status": "ok", "controller": False, "error": ""}
     assert client.get("/healthz").json()["controller"] is True
+
+
+def test_failing_decisions_make_healthz_503(env):
+    _, store, _ = env
+    ctl = FakeController()
+    ctl.error = "policy 'x' failed: RuntimeError: boom"
+    with TestClient(create_app(store, ctl)) as client:
+        r = client.get("/healthz")
+    assert r.status_code == 503 and r.json()["status"] == "failing" and "boom" in r.json()["error"]
 
 
 def test_metrics_exports_job_counts_from_the_store(env):

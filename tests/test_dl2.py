@@ -142,22 +142,24 @@ def test_training_pipeline_writes_a_model_and_resumes_without_redoing_work(tmp_p
 
     if traces_dir() is None:
         pytest.skip("needs ../shared/traces (DL2 workload constants and speeds)")
-    from dlsched.policies.dl2 import dl2
+    from dlsched.policies.dl2 import DL2Policy, dl2
+    from dlsched.policies.registry import make_policy
     from dlsched.rl.train_dl2 import DL2TrainConfig, train_dl2
 
     cfg = DL2TrainConfig(num_jobs=6, warmup_traces=1, warmup_epochs=2, rl_episodes=2, validate_every=1,
                          validation_traces=1, batch=16, replay=64, window=4)
+    roles = dict(teacher=lambda: make_policy(cfg.teacher), student=DL2Policy, traces=traces_dir())
     phases: list[str] = []
-    meta = train_dl2(cfg, tmp_path, progress=lambda phase, done, total, note: phases.append(phase))
+    meta = train_dl2(cfg, tmp_path, **roles, progress=lambda phase, done, total, note: phases.append(phase))
     assert {"warm-up: training", "RL: actor-critic"} <= set(phases)
     assert (tmp_path / "model.pt").exists() and (tmp_path / "validation.csv").read_text().count("\n") == 4  # header, before RL, 2 episodes
     assert np.isfinite(meta["best_validation_jct_s"])
     phases.clear()
-    train_dl2(cfg, tmp_path, resume=True, progress=lambda phase, done, total, note: phases.append(phase))
+    train_dl2(cfg, tmp_path, **roles, resume=True, progress=lambda phase, done, total, note: phases.append(phase))
     assert not phases  # everything was done: nothing re-run
     assert dl2(model=str(tmp_path / "model.pt")).window == 4
     with pytest.raises(ConfigError, match="another config"):
-        train_dl2(cfg.model_copy(update={"rl_episodes": 3}), tmp_path, resume=True)
+        train_dl2(cfg.model_copy(update={"rl_episodes": 3}), tmp_path, **roles, resume=True)
 
 
 def test_online_fine_tuning_learns_from_measured_progress_and_changes_the_network():

@@ -225,7 +225,7 @@ def dragon_runs():
     from dlsched.throughput.registry import default_throughput
     from dlsched.traces.dragon_workload import dragon_workload
 
-    tp = default_throughput(dl2="analytic")
+    tp = default_throughput(traces_dir(), dl2="analytic")
     ps_model = next(m for m in tp.models if isinstance(m, ParameterServerModel))
     names = ("kube-default", "dragon", "dragon-no-locality")
     rows = []

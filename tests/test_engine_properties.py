@@ -11,11 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dlsched.core import Cluster, JobSpec, Policy
-from dlsched.core.policy import PhasedPolicy
+from dlsched.core.policy import Wrapper
+from dlsched.policies.phased import PhasedPolicy
 from dlsched.policies.fifo import fifo
-from dlsched.policies.phases.admission import AdmitAll
 from dlsched.policies.phases.placement import LeastLoaded, Pack, Spread, pack
-from dlsched.policies.phases.sizing import Requested
+from dlsched.policies.phases.sizing import Requested, ps_for
 from dlsched.sim.config import SimConfig
 from dlsched.sim.engine import simulate
 from dlsched.throughput.duration_only import DurationOnly
@@ -36,22 +36,12 @@ class RandomSize:
         out = []
         for j in jobs:
             w = int(snap.rng.integers(j.spec.min_workers, j.spec.max_workers + 1))
-            out.append((j, w, min(j.spec.max_ps, max(j.spec.min_ps, w)) if j.spec.num_ps else 0))
+            out.append((j, w, ps_for(j.spec, w, j.spec.max_ps, per_worker=True)))
         return out
 
 
-class Checked(Policy):
+class Checked(Wrapper):
     """Wraps a policy and checks the snapshot it is shown: free resources never below zero."""
-
-    def __init__(self, inner: Policy):
-        self.inner = inner
-        self.name = inner.name
-        self.on_events = inner.on_events
-        self.interval = inner.interval
-        self.oracle = inner.oracle
-
-    def reset(self, cluster, seed):
-        self.inner.reset(cluster, seed)
 
     def schedule(self, snap):
         assert (snap.free >= -1e-6).all(), "a node is over-allocated"
@@ -67,8 +57,8 @@ def random_policy(kind: str) -> Policy:
     if kind == "fifo-backfill":
         return fifo(backfill=True)
     place = placement[kind.split("-")[1]]
-    return PhasedPolicy(AdmitAll(), RandomOrder(), RandomSize() if "elastic" in kind else Requested(),
-                        place, name=kind, preemptive=True, shrink=True)
+    return PhasedPolicy(None, RandomOrder(), RandomSize() if "elastic" in kind else Requested(),
+                        place, name=kind, preempt="replan", shrink=True)
 
 
 POLICY_KINDS = ["fifo", "fifo-backfill", "random-pack", "random-spread", "elastic-least", "elastic-pack"]

@@ -10,9 +10,11 @@ import pytest
 
 from dlsched.core import JobSpec
 from dlsched.core.snapshot import Clock, JobState, JobStatus
+from dlsched.estimators import convergence_fit
 from dlsched.estimators.convergence_fit import fit_convergence
 from dlsched.estimators.progress_predictor import RemainingWork, estimate_remaining
 from dlsched.estimators.speed_model import SpeedModel, SpeedPool, form_for
+from dlsched.sim import convergence
 from dlsched.sim.convergence import loss_curve
 
 THETA = np.array([0.05, 0.05, 0.1, 0.02, 0.02])
@@ -128,6 +130,19 @@ def test_convergence_fit_predicts_total_within_10_percent(frac):
         assert fit.total == pytest.approx(total, rel=0.10)
         assert fit.low <= total <= fit.high
         assert fit.low <= fit.total <= fit.high
+
+
+def test_convergence_fit_epsilon_is_a_parameter_with_the_simulators_default():
+    # the estimator's assumed threshold must stay equal to the simulator's ground truth, or
+    # simulated Optimus results change; the estimator itself imports nothing of the simulator
+    assert convergence_fit.EPSILON == convergence.EPSILON
+    loss = loss_curve("job", 1e4, seed=0, noise=0.0)
+    samples = [(k, loss(k)) for k in np.linspace(100, 5000, 50)]
+    default, looser = fit_convergence(samples), fit_convergence(samples, epsilon=0.1)
+    assert default is not None and looser is not None
+    assert looser.total < default.total  # a looser threshold means done sooner
+    with pytest.raises(ValueError):
+        fit_convergence(samples, epsilon=0.0)
 
 
 def test_convergence_fit_refuses_flat_or_tiny_samples():

@@ -26,7 +26,7 @@ from dlsched.core.errors import ConfigError
 from dlsched.live.backend import Launch
 from dlsched.live.local_backend import LocalBackend
 from dlsched.live.nodes import LocalNodes, VirtualNode, default_local_nodes, load_nodes
-from dlsched.live.progress_log import ProgressReader, is_done
+from dlsched.trainer.protocol import ProgressReader, is_done
 from dlsched.live.spec import TrainJob
 
 FAKE_TRAINER = textwrap.dedent('''

@@ -48,11 +48,12 @@ def test_compare_cli_scores_every_policy_on_default_utility(tmp_path):
     ])
     assert res.exit_code == 0, res.output
     rows = {r["policy"]: r for r in json.loads(res.stdout)}
-    assert set(rows) == {"oasis", "fifo"}
+    assert set(rows) == {"oasis (oracle)", "fifo"}  # ITP jobs declare no work: OASiS plans from the truth
     for name, r in rows.items():
         assert r["jobs"] == 60
         assert math.isfinite(r["total_utility"]) and r["total_utility"] > 0, name
         assert 0 <= r["rejected"] <= r["jobs"]
     assert rows["fifo"]["rejected"] == 0  # FIFO admits everything
     # the report says which utilities were used
-    assert "Utility: 60 of 60 jobs" in (tmp_path / "rep" / "index.html").read_text()
+    page = (tmp_path / "rep" / "index.html").read_text()
+    assert "Utility: 60 of 60 jobs" in page and "Oracles: 60 of 60 jobs declare no work" in page

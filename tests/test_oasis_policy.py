@@ -7,6 +7,7 @@ import pytest
 from dlsched.paths import traces_dir
 
 from dlsched.core.errors import ConfigError
+from dlsched.core.policy import Oracle
 from dlsched.core.job import JobSpec
 from dlsched.core.utility import SigmoidUtility, sigmoid_in_slots
 from dlsched.policies.oasis import OASiS, profile
@@ -106,22 +107,43 @@ def test_committed_schedules_never_exceed_capacity_and_run_as_committed(shared):
         assert res.jobs.set_index("job_id").loc[d["job_id"], "utility"] >= d["utility"] - 1e-9
 
 
-def test_trace_jobs_get_a_duration_utility_and_rigid_plans():
-    from dlsched.core.cluster import Cluster
-
-    cluster = Cluster.homogeneous("c", nodes=2, gpus=4, cpus=32, mem=128)
-    jobs = [
-        JobSpec(job_id=f"t{i}", submit_time=i * 100.0, iterations=d, duration=d, num_workers=w)
+def _trace_jobs(declared: bool) -> list[JobSpec]:
+    return [
+        JobSpec(job_id=f"t{i}", submit_time=i * 100.0, iterations=d, duration=d, num_workers=w, work_known=declared)
         for i, (d, w) in enumerate([(500.0, 2), (7000.0, 4), (300.0, 8), (100.0, 1)])
     ]
-    pol = OASiS(slot_seconds=600.0, horizon=50)
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_trace_jobs_get_a_duration_utility_and_rigid_plans(declared):
+    """Declared work is planned as is; undeclared work only by OASiS run as an oracle."""
+    from dlsched.core.cluster import Cluster
     from dlsched.throughput.duration_only import DurationOnly
 
-    res = simulate(jobs, cluster, pol, DurationOnly(), SimConfig(restart_overhead=0))
+    cluster = Cluster.homogeneous("c", nodes=2, gpus=4, cpus=32, mem=128)
+    pol = OASiS(slot_seconds=600.0, horizon=50) if declared else Oracle(OASiS(slot_seconds=600.0, horizon=50))
+    res = simulate(_trace_jobs(declared), cluster, pol, DurationOnly(), SimConfig(restart_overhead=0))
     assert set(res.jobs.status) <= {"done", "rejected"}
     assert (res.jobs.status == "done").sum() >= 3
     # the 7000 s job needs 12 slots of its 4-GPU gang
     assert len(pol.plans["t1"]) == 12 and all(a.num_workers == 4 for a in pol.plans["t1"].values())
+
+
+@pytest.mark.parametrize("name", ["oasis", "rrh"])
+def test_undeclared_work_is_rejected_unless_run_as_an_oracle(name):
+    """OASiS and RRH need the work up front; a job that declares none is not planned from the
+    simulator's truth unless the policy is an oracle."""
+    from dlsched.core.cluster import Cluster
+    from dlsched.throughput.duration_only import DurationOnly
+
+    cluster = Cluster.homogeneous("c", nodes=2, gpus=4, cpus=32, mem=128)
+    honest = simulate(_trace_jobs(False), cluster, make_policy(name), DurationOnly(), SimConfig(restart_overhead=0))
+    assert (honest.jobs.status == "rejected").all()
+    assert honest.jobs.reason.str.contains("declares no work").all()
+    oracle = make_policy(name, oracle=True)
+    assert oracle.oracle and oracle.name == name
+    ran = simulate(_trace_jobs(False), cluster, oracle, DurationOnly(), SimConfig(restart_overhead=0))
+    assert (ran.jobs.status == "done").sum() >= 3
 
 
 def test_bad_options_are_config_errors():

@@ -6,12 +6,14 @@ import numpy as np
 import pytest
 
 from dlsched.core import Cluster, JobSpec, Plan, Policy
+from dlsched.core.policy import Wrapper
 from dlsched.core.snapshot import Snapshot
 from dlsched.policies.drf import drf
 from dlsched.policies.fifo import fifo
 from dlsched.policies.kube_default import kube_default
 from dlsched.policies.phases.ordering import ShortestRemainingTime
-from dlsched.policies.phases.placement import Pack, place_by_priority
+from dlsched.policies.phases.placement import Pack
+from dlsched.policies.phases.realise import realise
 from dlsched.policies.registry import make_policy
 from dlsched.policies.srtf import srtf
 from dlsched.policies.tiresias import tiresias
@@ -32,13 +34,11 @@ def node(n: int = 1, gpus: int = 4, cpus: float = 64, mem: float = 512) -> Clust
     return Cluster.homogeneous("t", nodes=n, gpus=gpus, cpus=cpus, mem=mem)
 
 
-class Recorder(Policy):
+class Recorder(Wrapper):
     """Wraps a policy and keeps (time, allocations, held) of every plan it returns."""
 
     def __init__(self, inner: Policy):
-        self.inner = inner
-        self.name, self.on_events = inner.name, inner.on_events
-        self.interval, self.oracle = inner.interval, inner.oracle
+        super().__init__(inner)
         self.log: list[tuple[float, dict, dict]] = []
 
     def reset(self, cluster, seed):
@@ -196,7 +196,7 @@ class SimpleTiresias(Policy):
 
     Queues are plain lists; each round: drop finished jobs, append arrivals to Q0, demote running
     jobs past their threshold to the end of the next queue, promote starved waiting jobs to the
-    end of Q0, realise the walk with `place_by_priority`, then move waiting jobs behind running
+    end of Q0, realise the walk with `realise` (minimal preemption), then move waiting jobs behind running
     ones in every queue (stable). Wake-up = earliest threshold crossing or promotion.
     """
 
@@ -248,7 +248,7 @@ class SimpleTiresias(Policy):
             e.update(q=0, bs=j.attained_service, br=j.run_time, fr=None)
             self.queues[0].append(idx)
         order = [alive[i] for queue in self.queues for i in queue]
-        allocations, _ = place_by_priority(snap, [(j, j.spec.num_workers, j.spec.num_ps) for j in order], Pack())
+        allocations = realise(snap, [(j, j.spec.num_workers, j.spec.num_ps) for j in order], Pack())
         wake = []
         for queue in self.queues:
             queue.sort(key=lambda i: alive[i].job_id not in allocations)  # stable: running first

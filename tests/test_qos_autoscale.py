@@ -13,6 +13,7 @@ from dlsched.core.allocation import Allocation
 from dlsched.core.snapshot import Clock, JobState, JobStatus, Snapshot
 from dlsched.estimators.completion_predictor import CompletionPredictor
 from dlsched.experiments.qos_metrics import PlanRecorder
+from dlsched.paths import traces_dir
 from dlsched.policies.phases.autoscale import Autoscaler
 from dlsched.policies.phases.deadline import EarliestFinish
 from dlsched.policies.qos import kube_autoscale, qos
@@ -20,7 +21,7 @@ from dlsched.sim.engine import simulate
 from dlsched.throughput.registry import default_throughput
 from dlsched.traces.qos_synthetic import JOB_TYPES, qos_cluster, qos_job
 
-TP = default_throughput()
+TP = default_throughput(traces_dir())
 
 
 def _running(rate: float, done: float, now: float, deadline_in: float, kind: str = "lstm", c: float | None = None):

@@ -10,13 +10,14 @@ from dlsched.experiments.qos import _time_average
 from dlsched.experiments.qos_metrics import (
     PlanRecorder, allocated_utilization, error_summary, fastest_alone, prediction_errors,
 )
+from dlsched.paths import traces_dir
 from dlsched.policies.registry import make_policy
 from dlsched.sim.config import SimConfig
 from dlsched.sim.engine import simulate
 from dlsched.throughput.registry import default_throughput
 from dlsched.traces.qos_synthetic import qos_cluster, qos_job, qos_workload
 
-TP = default_throughput()
+TP = default_throughput(traces_dir())
 
 
 def test_one_job_without_restarts_uses_its_allocation_fully():

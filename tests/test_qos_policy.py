@@ -8,7 +8,9 @@ import pytest
 
 from dlsched.core.errors import ConfigError
 from dlsched.core.snapshot import Clock, JobState, JobStatus, Snapshot
-from dlsched.policies.phases.deadline import EarliestDeadline, ps_for_workers
+from dlsched.paths import traces_dir
+from dlsched.policies.phases.deadline import EarliestDeadline
+from dlsched.policies.phases.sizing import ps_for
 from dlsched.policies.qos import qos
 from dlsched.policies.registry import make_policy
 from dlsched.sim.config import SimConfig
@@ -16,7 +18,7 @@ from dlsched.sim.engine import simulate
 from dlsched.throughput.registry import default_throughput
 from dlsched.traces.qos_synthetic import JOB_TYPES, qos_cluster, qos_job, qos_workload
 
-TP = default_throughput()
+TP = default_throughput(traces_dir())
 
 
 def test_impossible_deadline_is_rejected_with_its_reason():
@@ -77,10 +79,10 @@ def test_deadline_only_jobs_get_sized_and_meet_deadlines_when_resources_suffice(
 
 def test_vertical_ps_scaling_table():
     gan = qos_job("g", 0.0, 900.0, "gan")
-    assert [ps_for_workers(gan, w) for w in (1, 4, 5, 8, 9)] == [1, 1, 2, 2, 3]
+    assert [ps_for(gan, w) for w in (1, 4, 5, 8, 9)] == [1, 1, 2, 2, 3]
     ae = qos_job("a", 0.0, 900.0, "autoencoder")
-    assert [ps_for_workers(ae, w) for w in (7, 8, 12)] == [1, 2, 2]
-    assert ps_for_workers(qos_job("l", 0.0, 900.0, "lstm"), 32) == 1
+    assert [ps_for(ae, w) for w in (7, 8, 12)] == [1, 2, 2]
+    assert ps_for(qos_job("l", 0.0, 900.0, "lstm"), 32) == 1
 
 
 def test_policy_is_not_an_oracle_and_registry_options_are_checked():

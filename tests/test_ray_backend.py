@@ -25,7 +25,7 @@ psutil = pytest.importorskip("psutil")
 from dlsched.core.allocation import Allocation  # noqa: E402
 from dlsched.core.errors import ConfigError  # noqa: E402
 from dlsched.live.backend import Launch  # noqa: E402
-from dlsched.live.progress_log import ProgressReader, is_done  # noqa: E402
+from dlsched.trainer.protocol import ProgressReader, is_done  # noqa: E402
 from dlsched.live.ray_backend import RayBackend  # noqa: E402
 from dlsched.live.ray_cluster import LocalRayCluster  # noqa: E402
 from dlsched.live.spec import TrainJob  # noqa: E402
@@ -237,7 +237,7 @@ def test_a_dead_actor_fails_the_run_and_takes_its_trainer_along(ray_cluster, tmp
     _wait(backend, "jd", {"running"}, cond=lambda o: all(p["pid"] for p in backend.placements("jd")))
     _remember(cluster, backend, "jd")
     pids = [p["pid"] for p in backend.placements("jd")]
-    ray.kill(backend._jobs["jd"].run.tasks[1].actor)  # as if its node or worker process died
+    ray.kill(backend.jobs["jd"].run.ranks[1].actor)  # as if its node or worker process died
     obs = _wait(backend, "jd", {"failed"})
     assert "rank 1" in obs.message and "actor died" in obs.message
     deadline = time.time() + 10
@@ -319,7 +319,7 @@ def test_real_trainer_ddp_two_nodes_then_resized_to_one(ray_cluster, tmp_path):
         backend.standby = 1
         pool = backend._pool(0)
         deadline = time.time() + 60
-        while ray.get(pool.ready.remote()) < 1 and time.time() < deadline:
+        while ray.get(pool.ready_count.remote()) < 1 and time.time() < deadline:
             time.sleep(0.1)
         backend.resize(Launch("real", job, Allocation.single_node(0, 1), first.job_dir, attempt=1), timeout=20)
         obs = _wait(backend, "real", {"done", "failed"}, timeout=120)
@@ -392,7 +392,7 @@ def _bare_backend(monkeypatch, nodes) -> RayBackend:
     """A backend whose node discovery reads `nodes` instead of a live cluster."""
     monkeypatch.setattr(ray, "nodes", lambda: nodes)
     b = RayBackend.__new__(RayBackend)
-    b.prefix, b.slot_resource, b.cluster_name, b._jobs = "dlsched_node_", "GPU", "ray", {}
+    b.prefix, b.slot_resource, b.cluster_name, b.jobs = "dlsched_node_", "GPU", "ray", {}
     return b
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dlsched.live.progress_log import ProgressReader, is_done
+from dlsched.trainer.protocol import ProgressReader, is_done
 from tests.live_service import free_port
 
 TIMEOUT = 90

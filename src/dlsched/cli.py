@@ -46,12 +46,14 @@ def _run(
     limit: Optional[int],
     elastic: Optional[bool],
     output_format: str,
+    traces: Optional[Path] = None,
 ) -> None:
     from dlsched.experiment import run_policies
     from dlsched.metrics.report import write_report
     from dlsched.metrics.table import render_table, summary_rows
     from dlsched.core.utility import with_default_utilities
     from dlsched.policies.registry import BASELINES, UTILITY_DRIVEN, parse_policy_list
+    from dlsched.paths import describe_traces, traces_dir
     from dlsched.presets import load_cluster
     from dlsched.run_config import load_run_config
     from dlsched.throughput.registry import default_throughput
@@ -67,15 +69,17 @@ def _run(
     limit = limit or cfg.limit
     elastic = cfg.elastic if elastic is None else elastic
     quiet = output_format == "json"
+    root = traces_dir(traces)
 
     if trace:
-        workload = load_trace(trace, trace_format or cfg.trace_format, limit=limit, elastic=elastic, seed=cfg.sim.seed)
+        workload = load_trace(trace, trace_format or cfg.trace_format, limit=limit, elastic=elastic, seed=cfg.sim.seed,
+                              traces=root)
     else:
         workload = default_workload()
         if limit:
             workload.jobs = workload.jobs[:limit]
     cluster = load_cluster(cluster_name or cfg.cluster or workload.cluster)
-    throughput = default_throughput(duration_alpha=cfg.throughput.duration_alpha, dl2=cfg.throughput.dl2)
+    throughput = default_throughput(root, duration_alpha=cfg.throughput.duration_alpha, dl2=cfg.throughput.dl2)
     out_dir = Path(out or cfg.out or "dlsched-report")
     utility_note = None
     driven = [n for n in names if n in UTILITY_DRIVEN]
@@ -86,12 +90,24 @@ def _run(
                 f"{filled} of {len(workload.jobs)} jobs had none, so all policies are scored on the default "
                 f"from duration d (value 1, target 2d, decay 4/d), as {'/'.join(driven)} needs one"
             )
+    options = {n: dict(o) for n, o in cfg.policy_options.items()}
+    oracle_note = None
+    undeclared = sum(1 for j in workload.jobs if not j.work_known)
+    if driven and undeclared:  # they plan from each job's work: honest only as labelled oracles
+        for n in driven:
+            options.setdefault(n, {}).setdefault("oracle", True)
+        oracle_note = (f"{undeclared} of {len(workload.jobs)} jobs declare no work and {'/'.join(driven)} plan "
+                       "each job from its work up front (as their paper assumes users declare it), so they run "
+                       "as oracles on the true work, marked (oracle); pass oracle: false under policy_options "
+                       "to have them reject such jobs instead")
     if not quiet:
         console.print(f"[bold]workload[/] {workload.name}: {len(workload.jobs)} jobs from {workload.source}")
         console.print(f"[bold]cluster[/]  {cluster.describe()}")
         console.print(f"[bold]policies[/] {', '.join(names)}")
         if utility_note:
             console.print(f"[bold]utility[/]  {utility_note}")
+        if oracle_note:
+            console.print(f"[bold]oracle[/]   {oracle_note}")
 
     total = len(workload.jobs)
     with Progress(
@@ -108,15 +124,18 @@ def _run(
                 bar.update(tasks[name], completed=ended)
 
         comparison = run_policies(
-            workload.jobs, cluster, names, throughput, cfg.sim, cfg.policy_options, on_progress=progress
+            workload.jobs, cluster, names, throughput, cfg.sim, options, on_progress=progress
         )
         for run in comparison.runs:
             bar.update(tasks[run.name], completed=total)
 
     results = comparison.results
     notes = [f"simulated in {r.wall_seconds:.1f} s wall time: {r.name}" for r in comparison.runs]
+    notes.insert(0, describe_traces(root))
     if utility_note:
         notes.insert(0, f"Utility: {utility_note}.")
+    if oracle_note:
+        notes.insert(0, f"Oracles: {oracle_note}.")
     if workload.attribution:
         notes.insert(0, workload.attribution)
     index = write_report(
@@ -139,6 +158,8 @@ _CONFIG = typer.Option(None, "--config", help="YAML run config (trace, cluster, 
 _LIMIT = typer.Option(None, "--limit", help="Use only the first N jobs of the trace.")
 _ELASTIC = typer.Option(None, "--elastic/--rigid", help="Let trace jobs run at 1..requested workers (elastic) or only at their size (rigid, default).")
 _FORMAT = typer.Option("table", "--format", "-f", help="'table' (console table + report) or 'json' (summary rows on stdout, for scripts).")
+_TRACES = typer.Option(None, "--traces", help="Shared traces folder (measured throughput tables, DL2 constants, Pollux profiles). "
+                       "Default: $DLSCHED_TRACES, else ../shared/traces beside the source checkout; never the working directory.")
 
 
 @app.command()
@@ -154,9 +175,10 @@ def simulate(
     limit: Optional[int] = _LIMIT,
     elastic: Optional[bool] = _ELASTIC,
     output_format: str = _FORMAT,
+    traces: Optional[Path] = _TRACES,
 ) -> None:
     """Simulate policies on a workload (default: all six baselines on the embedded ITP slice) and write a report."""
-    _run(trace, trace_format, cluster, policies, out, seed, config, limit, elastic, output_format)
+    _run(trace, trace_format, cluster, policies, out, seed, config, limit, elastic, output_format, traces)
 
 
 @app.command()
@@ -172,9 +194,10 @@ def compare(
     limit: Optional[int] = _LIMIT,
     elastic: Optional[bool] = _ELASTIC,
     output_format: str = _FORMAT,
+    traces: Optional[Path] = _TRACES,
 ) -> None:
     """Run several policies on one trace: prints the comparison and writes the report folder."""
-    _run(trace, trace_format, cluster, policies, out, seed, config, limit, elastic, output_format)
+    _run(trace, trace_format, cluster, policies, out, seed, config, limit, elastic, output_format, traces)
 
 
 # --------------------------------------------------------------------------- listings

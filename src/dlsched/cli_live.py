@@ -68,17 +68,12 @@ def _error_text(resp) -> str:
 
 def read_job_file(path: Path) -> list:
     """Every TrainJob in a YAML or JSON file (one mapping or a list of them); all problems at once."""
-    import yaml
     from pydantic import ValidationError
 
+    from dlsched.config import read_yaml
     from dlsched.live.spec import TrainJob
 
-    try:
-        data = yaml.safe_load(path.read_text())  # JSON is YAML
-    except OSError as exc:
-        raise ConfigError(f"cannot read job file {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: neither valid YAML nor JSON: {exc}") from None
+    data = read_yaml(path, "job file")  # JSON is YAML
     items = data if isinstance(data, list) else [data]
     if not items or data is None:
         raise ConfigError(f"{path}: empty; expected a job (model, steps, ...) or a list of jobs")

@@ -22,13 +22,19 @@ def train_dl2_cmd(
     resume: bool = typer.Option(False, "--resume", help="Continue from OUT/checkpoint.pt (same config required)."),
     rl_episodes: Optional[int] = typer.Option(None, "--rl-episodes", help="Override the config's RL episodes (0: warm-up only)."),
     warmup_traces: Optional[int] = typer.Option(None, "--warmup-traces", help="Override the teacher workloads recorded (0: no warm-up)."),
+    traces: Optional[Path] = typer.Option(None, "--traces", help="Shared traces folder (DL2's measured speeds). Default: "
+                                          "$DLSCHED_TRACES, else ../shared/traces beside the source checkout."),
 ) -> None:
     """Train DL2: supervised warm-up on a teacher's decisions (DRF by default), then actor-critic RL
     with prioritised replay, validated on held-out DL2 workloads. Resumable; prints where the model is."""
+    from dlsched.policies.dl2 import DL2Policy
+    from dlsched.policies.registry import make_policy
     from dlsched.rl.train_dl2 import DL2TrainConfig, train_dl2
-    from dlsched.run_config import read_yaml_model
+    from dlsched.config import read_yaml_model
+    from dlsched.paths import traces_dir
 
     cfg = read_yaml_model(config, DL2TrainConfig, "DL2 training config") if config else DL2TrainConfig()
+    root = traces_dir(traces)
     updates = {k: v for k, v in (("rl_episodes", rl_episodes), ("warmup_traces", warmup_traces)) if v is not None}
     if updates:
         cfg = DL2TrainConfig(**{**cfg.model_dump(), **updates})
@@ -41,7 +47,8 @@ def train_dl2_cmd(
                 tasks[phase] = bar.add_task(phase, total=total, note="")
             bar.update(tasks[phase], completed=done, note=note)
 
-        meta = train_dl2(cfg, out, resume=resume, progress=progress)
+        meta = train_dl2(cfg, out, teacher=lambda: make_policy(cfg.teacher), student=DL2Policy, traces=root,
+                         resume=resume, progress=progress)
     console.print(f"trained in {meta['training_seconds'] / 60:.1f} min; best validation mean JCT "
                   f"{meta['best_validation_jct_s'] / cfg.slot_seconds:.2f} slots")
     console.print(f"model: [bold]{out / 'model.pt'}[/] (use: dlsched compare ... --policies dl2 with policy option model=PATH)")

@@ -5,11 +5,11 @@ from dlsched.core.cluster import CPU, GPU, MEM, RESOURCES, Cluster, Network
 from dlsched.core.errors import ConfigError, DlschedError, PlanError, TraceError
 from dlsched.core.job import Architecture, JobSpec
 from dlsched.core.plan import Plan
-from dlsched.core.policy import PhasedPolicy, Policy
+from dlsched.core.policy import Policy
 from dlsched.core.snapshot import Clock, JobState, JobStatus, Snapshot
 
 __all__ = [
     "Allocation", "Architecture", "CPU", "Clock", "Cluster", "ConfigError", "DlschedError", "GPU",
-    "JobSpec", "JobState", "JobStatus", "MEM", "Network", "PhasedPolicy", "Plan", "PlanError",
+    "JobSpec", "JobState", "JobStatus", "MEM", "Network", "Plan", "PlanError",
     "Policy", "RESOURCES", "Snapshot", "TraceError",
 ]

@@ -17,12 +17,16 @@ class Plan:
     - `rejected`: pending jobs refused for good, each with a reason a user can read.
     - `wake_at`: ask me again at this time even if nothing happens (e.g. a Tiresias job crossing
       a queue threshold, a DRAGON timer).
+    - `keep_running`: running jobs absent from `allocations` keep running as they are (a policy
+      that never preempts lists only what changes, so a decision costs what changed, not the
+      number of running jobs); without it, a running job absent from the plan is preempted.
     """
 
     allocations: dict[str, Allocation] = field(default_factory=dict)
     held: dict[str, Allocation] = field(default_factory=dict)
     rejected: dict[str, str] = field(default_factory=dict)
     wake_at: float | None = None
+    keep_running: bool = False
 
     def assign(self, job_id: str, allocation: Allocation) -> None:
         self.allocations[job_id] = allocation

@@ -1,16 +1,21 @@
-"""The Policy protocol, and the four-phase composition most policies are made of.
+"""The Policy protocol, the wrappers that say when a policy is asked, and the phased composition.
 
-A policy is asked `schedule(snapshot) -> Plan` by the simulator or the live controller, on the
-triggers it declares. Most published schedulers decompose into admission → ordering → sizing →
-placement (as in Blox and the kube-scheduler framework), so each phase is written once in
-`dlsched.policies.phases` and composed. Policies that plan over time (OASiS) or act step by
-step (DL2) override `schedule` directly.
+A policy is `reset` + `schedule(snapshot) -> Plan`. When it is asked, what it is called and
+whether it may see ground truth are not flags every policy restates but wrappers around it (as
+Gymnasium wraps an Env): `Every`, `OnEvents`, `Named`, `Oracle`. The engine and the live
+controller read `name`, `on_events`, `interval` and `oracle` on the outermost object; a bare
+policy is asked on arrivals and completions and never sees the truth.
+
+Most published schedulers decompose into admission → ordering → sizing → placement (as in Blox
+and the kube-scheduler framework): the phase protocols are here, each phase is written once in
+`dlsched.policies.phases`, and `dlsched.policies.phased.PhasedPolicy` composes them over the one
+realiser. Policies that plan over time (OASiS) or act step by step (DL2) implement `schedule`
+directly.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -18,22 +23,21 @@ from dlsched.core.allocation import Allocation
 from dlsched.core.cluster import Cluster
 from dlsched.core.job import JobSpec
 from dlsched.core.plan import Plan
-from dlsched.core.snapshot import JobState, JobStatus, Snapshot
+from dlsched.core.snapshot import JobState, Snapshot
+
 
 
 class Policy:
-    """Base class. Subclasses set the class attributes and implement `schedule`.
+    """Base class: implement `schedule` (and `reset` if the policy keeps state across calls).
 
-    - `on_events`: ask me on every arrival and completion (Tiresias, FIFO, DRF).
-    - `interval`: also ask me every `interval` seconds (DL2 and Optimus think in slots).
-    - `oracle`: I may see ground truth (true remaining work, true throughput). Only for
-      baselines defined that way (SRTF); reported as such.
+    The trigger/identity attributes have the defaults of a plain policy; wrappers change them.
     """
 
     name: str = "policy"
-    on_events: bool = True
-    interval: float | None = None
-    oracle: bool = False
+    on_events: bool = True  # ask me on every arrival and completion
+    interval: float | None = None  # also ask me every `interval` seconds
+    oracle: bool = False  # hand me ground truth (`snap.oracle`): only through `Oracle`
+    offline_only: str = ""  # why I cannot schedule real jobs ("" when I can): said at `serve` start-up
 
     def reset(self, cluster: Cluster, seed: int) -> None:
         """Called once before a run; stateful policies clear their state here."""
@@ -42,10 +46,95 @@ class Policy:
         raise NotImplementedError
 
 
-def named(policy: Policy, name: str) -> Policy:
-    """`policy`, renamed: two configurations of one policy stay two rows in a comparison."""
-    policy.name = name
-    return policy
+class Wrapper(Policy):
+    """A policy around another: everything it does not set is the inner policy's (read-through,
+    so `wrapped.demotions` or `wrapped.sizing` still reach the policy inside)."""
+
+    def __init__(self, inner: Policy):
+        self.inner = inner
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.inner.name
+
+    @property
+    def on_events(self) -> bool:  # type: ignore[override]
+        return self.inner.on_events
+
+    @property
+    def interval(self) -> float | None:  # type: ignore[override]
+        return self.inner.interval
+
+    @property
+    def oracle(self) -> bool:  # type: ignore[override]
+        return self.inner.oracle
+
+    @property
+    def offline_only(self) -> str:  # type: ignore[override]
+        return self.inner.offline_only
+
+    def reset(self, cluster: Cluster, seed: int) -> None:
+        self.inner.reset(cluster, seed)
+
+    def schedule(self, snap: Snapshot) -> Plan:
+        return self.inner.schedule(snap)
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr == "inner":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(attr)
+        return getattr(self.inner, attr)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.inner!r})"
+
+
+class Every(Wrapper):
+    """Also ask the policy every `seconds` (slots, rounds); `events=False`: only then."""
+
+    def __init__(self, inner: Policy, seconds: float, events: bool = True):
+        if not seconds > 0:
+            raise ValueError(f"Every: seconds must be > 0, got {seconds}")
+        super().__init__(inner)
+        self._interval, self._events = float(seconds), events
+
+    @property
+    def interval(self) -> float | None:  # type: ignore[override]
+        return self._interval
+
+    @property
+    def on_events(self) -> bool:  # type: ignore[override]
+        return self._events
+
+
+class OnEvents(Wrapper):
+    """Ask the policy on every arrival and completion (what a bare policy gets anyway; wrap to
+    say so, or to turn events back on around an `Every(..., events=False)`)."""
+
+    @property
+    def on_events(self) -> bool:  # type: ignore[override]
+        return True
+
+
+class Named(Wrapper):
+    """The policy under another name: two configurations of one policy stay two rows in a
+    comparison. The inner policy is not changed."""
+
+    def __init__(self, inner: Policy, name: str):
+        super().__init__(inner)
+        self._name = name
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self._name
+
+
+class Oracle(Wrapper):
+    """The policy sees ground truth: the engine sets `snap.oracle` (true throughput model, true
+    remaining work through `snap.remaining_iterations`) only for a policy wrapped so, and reports say so."""
+
+    @property
+    def oracle(self) -> bool:  # type: ignore[override]
+        return True
 
 
 # --- the four phases -----------------------------------------------------------------------
@@ -64,6 +153,15 @@ class Ordering(Protocol):
 
 
 @runtime_checkable
+class Keyed(Protocol):
+    """An ordering by a key that does not change while a job waits and never grows while it
+    runs (arrival order, a remaining time): a `PhasedPolicy` can then keep its waiting line
+    across calls instead of re-sorting it, and rank only the running jobs that may rank below."""
+
+    def key(self, snap: Snapshot, job: JobState) -> Any: ...
+
+
+@runtime_checkable
 class Sizing(Protocol):
     def size(self, snap: Snapshot, jobs: list[JobState]) -> list[tuple[JobState, int, int]]:
         """Given ordered jobs, return (job, workers, ps) for those that should run, in order."""
@@ -77,90 +175,31 @@ class Placement(Protocol):
         """Choose nodes for `workers` workers and `ps` PSs within `free`, or None. Must not mutate `free`."""
 
 
-@dataclass
-class PhasedPolicy(Policy):
-    """admission → ordering → sizing → placement.
+@runtime_checkable
+class SizeOne(Protocol):
+    """A sizing that decides job by job: asked lazily, so strict FIFO sizes only up to its head."""
 
-    - `preemptive`: re-plan every job from an empty cluster each time (running jobs not in the
-      plan are preempted; a running job whose size is unchanged keeps its nodes when they still
-      fit, so nothing restarts needlessly). Otherwise running jobs keep their allocations and only
-      pending jobs are placed in what is free.
-    - `backfill`: when a job does not fit, try the next ones; without it the first job that does
-      not fit blocks everything behind it (strict FIFO).
-    - `shrink`: when a job does not fit at its size, try fewer workers down to its minimum.
-    """
-
-    admission: Admission
-    ordering: Ordering
-    sizing: Sizing
-    placement: Placement
-    name: str = "phased"
-    preemptive: bool = False
-    backfill: bool = True
-    shrink: bool = False
-    on_events: bool = True
-    interval: float | None = None
-    oracle: bool = False
-
-    def schedule(self, snap: Snapshot) -> Plan:
-        plan = Plan()
-        if self.preemptive:
-            candidates = snap.running + snap.pending
-            free = snap.cluster.capacity.copy()
-        else:  # running jobs keep their nodes: only waiting jobs go through the phases
-            candidates = snap.pending
-            free = snap.free.copy()
-            plan.allocations = {job.spec.job_id: job.allocation for job in snap.running}
-        admitted, rejected = self.admission.admit(snap, candidates)
-        plan.rejected.update(rejected)
-        ordered = self.ordering.order(snap, admitted)
-        # a sizing that decides job by job is asked lazily, so strict FIFO stops at its head
-        size_one = getattr(self.sizing, "size_one", None)
-        if size_one is not None:
-            sized = ((j, *size_one(snap, j)) for j in ordered)
-        else:
-            sized = self.sizing.size(snap, ordered)
-        for job, workers, ps in sized:
-            running = job.status is JobStatus.RUNNING
-            if running and not self.preemptive:
-                continue
-            alloc = None
-            if running and job.num_workers == workers and job.num_ps == ps:
-                alloc = keep_if_fits(job, free)
-            if alloc is None:
-                alloc = self._place(snap.cluster, free, job.spec, workers, ps)
-            if alloc is None:
-                if not self.backfill:
-                    break
-                continue
-            take(free, alloc, job.spec)
-            plan.assign(job.job_id, alloc)
-        return plan
-
-    def _place(
-        self, cluster: Cluster, free: np.ndarray, spec: JobSpec, workers: int, ps: int
-    ) -> Allocation | None:
-        alloc = self.placement.place(cluster, free, spec, workers, ps)
-        if alloc is None and self.shrink:
-            for w in range(workers - 1, spec.min_workers - 1, -1):
-                alloc = self.placement.place(cluster, free, spec, w, min(ps, max(spec.min_ps, w)))
-                if alloc is not None:
-                    break
-        return alloc
+    def size_one(self, snap: Snapshot, job: JobState) -> tuple[int, int]:
+        """(workers, ps) for `job`."""
 
 
-def keep_if_fits(job: JobState, free: np.ndarray) -> Allocation | None:
-    """The job's current allocation, if it still fits in `free` (sticky placement)."""
-    alloc = job.allocation
-    if alloc is None:
-        return None
-    use = alloc.usage(np.asarray(job.spec.worker_demand), np.asarray(job.spec.ps_demand))
-    if (free[list(alloc.nodes)] + 1e-9 >= use).all():
-        return alloc
-    return None
+@runtime_checkable
+class Observer(Protocol):
+    """A phase or a shared estimator that learns from what it sees: told once per call, before
+    any phase runs (so phases read one consistent state instead of feeding each other)."""
+
+    def observe(self, snap: Snapshot) -> None: ...
 
 
-def take(free: np.ndarray, alloc: Allocation, spec: JobSpec) -> None:
-    """Subtract an allocation's use from `free` in place."""
-    use = alloc.usage(np.asarray(spec.worker_demand), np.asarray(spec.ps_demand))
-    np.subtract.at(free, list(alloc.nodes), use)
+@runtime_checkable
+class Resets(Protocol):
+    """A phase or estimator with state to clear before a run."""
+
+    def reset(self) -> None: ...
+
+
+@runtime_checkable
+class Wakes(Protocol):
+    """A phase that wants the policy asked again at a time of its choosing (`Plan.wake_at`)."""
+
+    def wake_at(self, snap: Snapshot) -> float | None: ...

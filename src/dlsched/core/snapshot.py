@@ -123,6 +123,20 @@ class JobState:
         extra = self.held_gpus * self._elapsed() if self.held is not None else 0.0
         return self._held_gpu_seconds + extra
 
+    def finish_work(self) -> None:
+        """All its iterations are done (a completion: the driver has settled the job first)."""
+        self._progress = self.spec.iterations
+
+    @property
+    def reported_progress(self) -> float:
+        """Iterations done as of the last settle (live: the trainer's last report), without the
+        extrapolation `progress` adds for the time since."""
+        return self._progress
+
+    def report_progress(self, done: float) -> None:
+        """Iterations done as a live trainer reported them (the driver has settled the job first)."""
+        self._progress = float(min(done, self.spec.iterations))
+
     def settle(self, now: float) -> None:
         """Fold what accrued up to `now` into the stored values (engine only)."""
         prev = self.clock.now
@@ -150,6 +164,12 @@ class JobState:
     def gpus(self) -> float:
         return self.alloc_gpus
 
+    @property
+    def declared_work(self) -> float | None:
+        """Total iterations the user declared, or None: what a non-oracle policy may know of the
+        job's work. `spec.iterations` is the simulator's ground truth; only an oracle reads it."""
+        return self.spec.iterations if self.spec.work_known else None
+
     def waiting_since(self, now: float) -> float:
         """Seconds since the job last ran (or since submit): Tiresias/DRAGON starvation clocks."""
         ref = self.last_stop if self.last_stop is not None else self.spec.submit_time
@@ -167,21 +187,79 @@ class JobState:
         return [(k, self.loss_fn(k)) for k in np.linspace(done / points, done, points)]
 
 
-@dataclass(eq=False)
 class Snapshot:
-    """An immutable-by-convention view of the system handed to `Policy.schedule`."""
+    """What a policy sees: read-only by convention, valid for the call it was made for.
 
-    now: float
-    cluster: Cluster
-    free: np.ndarray  # (N, 3) free resources (read-only array)
-    pending: list[JobState]  # submitted, not running (incl. partially placed ones)
-    running: list[JobState]
-    restart_overhead: float  # seconds a resize/restart pauses a job, as the policy may assume
-    # Ground truth, only when the policy declares `oracle = True` (SRTF): the true throughput
-    # model and each job's total iterations. None otherwise.
-    oracle: "ThroughputModel | None" = None
-    rng: np.random.Generator | None = None
-    events: tuple[str, ...] = ()  # why the policy is being asked: "arrival", "completion", "tick", "wake"
+    `pending` and `running` are built on first use from the state's own dicts (and `free` from its
+    arrays), so a policy that works from the deltas (`arrived`, `finished`, `stopped`) never pays
+    for the whole queue. `capacity` is what the nodes offer now: a failed node offers nothing.
+    """
+
+    __slots__ = ("now", "cluster", "_free", "_pending", "_running", "restart_overhead", "oracle", "rng",
+                 "events", "arrived", "finished", "stopped", "capacity")
+
+    def __init__(
+        self,
+        now: float,
+        cluster: Cluster,
+        free: "np.ndarray | Callable[[], np.ndarray]",
+        pending: "list[JobState] | dict[str, JobState]",
+        running: "list[JobState] | dict[str, JobState]",
+        restart_overhead: float,
+        oracle: "ThroughputModel | None" = None,
+        rng: np.random.Generator | None = None,
+        events: tuple[str, ...] = (),
+        arrived: tuple[JobState, ...] = (),
+        finished: tuple[JobState, ...] = (),
+        stopped: tuple[JobState, ...] = (),
+        capacity: np.ndarray | None = None,
+    ):
+        self.now = now
+        self.cluster = cluster
+        self._free = free
+        self._pending = pending
+        self._running = running
+        self.restart_overhead = restart_overhead  # seconds a resize/restart pauses a job, as the policy may assume
+        # Ground truth, only for a policy wrapped as an oracle (SRTF): the true throughput model
+        # (and, through `remaining_iterations`, each job's true work). None otherwise.
+        self.oracle = oracle
+        self.rng = rng
+        self.events = events  # why the policy is asked: "arrival", "completion", "failure", "tick", "wake"
+        # What changed since this policy was last asked: jobs that arrived (now waiting), that
+        # left for good (done, rejected, failed, cancelled), that stopped running without
+        # finishing (preempted by the last plan, a failed run, a node down).
+        self.arrived = arrived
+        self.finished = finished
+        self.stopped = stopped
+        self.capacity = cluster.capacity if capacity is None else capacity
+
+    @property
+    def free(self) -> np.ndarray:
+        """(N, 3) free resources now (read-only)."""
+        if callable(self._free):
+            self._free = self._free()
+        return self._free
+
+    @property
+    def pending(self) -> list[JobState]:
+        """Submitted jobs not running (partially placed ones included), in the order they queued."""
+        if isinstance(self._pending, dict):
+            self._pending = list(self._pending.values())
+        return self._pending
+
+    @property
+    def running(self) -> list[JobState]:
+        if isinstance(self._running, dict):
+            self._running = list(self._running.values())
+        return self._running
+
+    @property
+    def num_pending(self) -> int:
+        return len(self._pending)
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
 
     def jobs(self) -> list[JobState]:
         """Running then pending jobs."""

@@ -3,8 +3,14 @@
 Loss after k iterations is modelled as l(k) = 1/(β0·k + β1) + β2 with β ≥ 0 (Optimus, EuroSys'18).
 We fit it as Optimus' code does — `scipy.optimize.curve_fit` with bounds β ≥ 0, the samples split
 into 3 segments and later segments weighted more — and convert the fitted curve to a total
-iteration count with the simulator's own convergence rule (`sim.convergence.predicted_total`), so
-an estimate is judged against the same definition of "done" that generated the truth.
+iteration count with a convergence rule: a job is done when its loss is within `epsilon` of its
+floor, 1/(β0·k + β1) = epsilon, so total = (1/epsilon − β1)/β0.
+
+`epsilon` is a parameter, default `EPSILON`. The default is an *assumption about real training
+curves*, not a measured fact: it equals the value the simulator's synthetic ground truth uses
+(`sim.convergence`), so in simulation the estimator shares the generator's definition of "done";
+on a real trainer it is only as good as that assumption. This module imports nothing of the
+simulator (a test checks the two values agree).
 
 Decisions where Optimus is silent or that we changed (checked on 60 synthetic curves from
 `sim.convergence.loss_curve`, 50 samples each):
@@ -32,8 +38,9 @@ from typing import Sequence
 import numpy as np
 from scipy.optimize import OptimizeWarning, curve_fit
 
-from dlsched.sim.convergence import EPSILON
-
+#: Assumed convergence threshold of real training curves: done when the loss is within EPSILON of
+#: its floor. Same value as the simulator's ground truth, so simulated results match that rule.
+EPSILON = 0.05
 #: Fewer samples than this cannot pin three parameters against noise.
 MIN_SAMPLES = 6
 SEGMENTS = 3
@@ -71,10 +78,10 @@ def _jac(x: np.ndarray, a: float, b: float, c: float) -> np.ndarray:
     return np.stack([d * x, d, np.ones_like(x)], axis=1)
 
 
-def _totals(a: np.ndarray, b: np.ndarray, k_max: float) -> np.ndarray:
-    """Vectorised `predicted_total` (β0 = a / k_max after the rescaling of k)."""
+def _totals(a: np.ndarray, b: np.ndarray, k_max: float, epsilon: float) -> np.ndarray:
+    """Vectorised total = (1/epsilon − β1)/β0 (β0 = a / k_max after the rescaling of k)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(a > 0, (1.0 / EPSILON - b) * k_max / a, np.inf)
+        return np.where(a > 0, (1.0 / epsilon - b) * k_max / a, np.inf)
 
 
 def segment_sigma(n: int, segments: int = SEGMENTS, weight: float = SEGMENT_WEIGHT) -> np.ndarray:
@@ -92,18 +99,22 @@ def _initial_guess(x: np.ndarray, loss: np.ndarray) -> list[float]:
 
 
 def fit_convergence(
-    samples: Sequence[tuple[float, float]], seed: int = 0, start: ConvergenceFit | None = None
+    samples: Sequence[tuple[float, float]], seed: int = 0, start: ConvergenceFit | None = None,
+    epsilon: float = EPSILON,
 ) -> ConvergenceFit | None:
     """Fit l(k) to (iteration, loss) samples; None when there are too few or the fit is useless.
 
     Useless means: the solver failed; the fitted curve is flat — β0 = 0 (it never converges)
-    or β1 ≥ 1/EPSILON (already within EPSILON of its floor at k = 0, so total ≤ 0); or the loss
+    or β1 ≥ 1/epsilon (already within epsilon of its floor at k = 0, so total ≤ 0); or the loss
     has not clearly dropped over the samples (fitted drop < 10× the residual scatter, or < 0.1%),
     when any total would be an extrapolation from noise (e.g. 0.1% into a job with 1% noise).
 
     `start`: an earlier fit of the same job to start the solver from (a refit some progress later
-    then takes ~4 solver steps instead of ~13).
+    then takes ~4 solver steps instead of ~13). `epsilon`: the convergence threshold (see the
+    module docstring), 0 < epsilon < 1.
     """
+    if not 0.0 < epsilon < 1.0:
+        raise ValueError(f"epsilon must be in (0, 1), got {epsilon}")
     if len(samples) < MIN_SAMPLES:
         return None
     arr = np.asarray(sorted(samples), dtype=float)
@@ -136,7 +147,7 @@ def fit_convergence(
         else:
             return None
     a, b, c = (float(v) for v in popt)
-    total = float(_totals(np.array([a]), np.array([b]), k_max)[0])
+    total = float(_totals(np.array([a]), np.array([b]), k_max, epsilon)[0])
     if not (a > 0 and math.isfinite(total) and total > 0):  # b1 ≥ 1/ε: flat from the start
         return None
     fitted = _curve(x, a, b, c)
@@ -144,11 +155,12 @@ def fit_convergence(
     scatter = float(np.std(loss / fitted - 1.0))
     if not drop > max(MIN_DROP_VS_NOISE * scatter, MIN_DROP):
         return None
-    low, high = _interval(popt, pcov, k_max, total, seed)
+    low, high = _interval(popt, pcov, k_max, total, seed, epsilon)
     return ConvergenceFit(a / k_max, b, c, total, low, high, len(x))
 
 
-def _interval(popt: np.ndarray, pcov: np.ndarray, k_max: float, total: float, seed: int) -> tuple[float, float]:
+def _interval(popt: np.ndarray, pcov: np.ndarray, k_max: float, total: float, seed: int,
+              epsilon: float) -> tuple[float, float]:
     """LEVEL interval of the implied total under the fit covariance (inf-high if it is unusable)."""
     pad = MIN_REL_HALF_WIDTH * total
     if not np.all(np.isfinite(pcov)):
@@ -159,7 +171,7 @@ def _interval(popt: np.ndarray, pcov: np.ndarray, k_max: float, total: float, se
     except (np.linalg.LinAlgError, ValueError):
         return max(0.0, total - pad), math.inf
     draws = np.clip(draws, 0.0, None)
-    tots = _totals(draws[:, 0], draws[:, 1], k_max)
+    tots = _totals(draws[:, 0], draws[:, 1], k_max, epsilon)
     tots = np.sort(np.where(np.isnan(tots), np.inf, tots))
     q = (1.0 - LEVEL) / 2.0
     lo = tots[int(math.floor(q * (len(tots) - 1)))]  # order statistics: no inf - inf interpolation

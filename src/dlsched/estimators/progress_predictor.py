@@ -71,10 +71,9 @@ def combine(job: JobState, fit: ConvergenceFit | None, history: Sequence[float] 
     `history` must be sorted ascending (it is searched by bisection: a trace's common job type
     may have thousands of finished jobs, and this runs for every waiting job on every call).
     """
-    spec = job.spec
     done = job.progress
-    if spec.work_known:
-        rem = max(spec.iterations - done, 0.0)
+    if job.declared_work is not None:
+        rem = max(job.declared_work - done, 0.0)
         return Estimate(rem, rem, rem, "known")
     if fit is not None:
         return _from_fit(fit, done)

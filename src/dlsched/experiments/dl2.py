@@ -11,7 +11,8 @@ from typing import Callable
 
 import pandas as pd
 
-from dlsched.core.policy import Policy, named
+from dlsched.core.policy import Named, Policy
+from dlsched.paths import traces_dir
 from dlsched.policies.dl2 import dl2
 from dlsched.policies.registry import make_policy
 from dlsched.presets import load_cluster
@@ -53,10 +54,10 @@ def run_dl2_experiment(
         "dl2": lambda: dl2(model, slot_seconds=cfg.slot_seconds),
     }
     if warmup_only_model:
-        policies["dl2-warmup-only"] = lambda: named(dl2(warmup_only_model, slot_seconds=cfg.slot_seconds), "dl2-warmup-only")
+        policies["dl2-warmup-only"] = lambda: Named(dl2(warmup_only_model, slot_seconds=cfg.slot_seconds), "dl2-warmup-only")
     if rl_only_model:
-        policies["dl2-rl-only"] = lambda: named(dl2(rl_only_model, slot_seconds=cfg.slot_seconds), "dl2-rl-only")
-    cluster, tp = load_cluster(cfg.cluster), default_throughput()
+        policies["dl2-rl-only"] = lambda: Named(dl2(rl_only_model, slot_seconds=cfg.slot_seconds), "dl2-rl-only")
+    cluster, tp = load_cluster(cfg.cluster), default_throughput(traces_dir())
     sim = SimConfig(restart_overhead=cfg.restart_overhead)
     rows = []
     for seed in cfg.seeds("test", traces):
@@ -84,7 +85,7 @@ def _real_trace(model: str | None, cfg: DL2TrainConfig, on_step) -> pd.DataFrame
     made elastic (1..2× the requested GPUs, the traces' `--elastic` rule) so that sizing matters."""
     wl = default_workload()
     jobs = [made_elastic(j) for j in wl.jobs]
-    cluster, tp = load_cluster(wl.cluster), default_throughput()
+    cluster, tp = load_cluster(wl.cluster), default_throughput(traces_dir())
     rows = []
     for name in ("drf", "optimus", "tiresias", "dl2"):
         policy = dl2(model, slot_seconds=cfg.slot_seconds) if name == "dl2" else make_policy(name)

@@ -27,7 +27,8 @@ import pandas as pd
 
 from dlsched.core.cluster import Cluster
 from dlsched.core.job import JobSpec
-from dlsched.core.policy import Policy, named
+from dlsched.core.policy import Named, Policy
+from dlsched.paths import traces_dir
 from dlsched.policies.dragon import dragon
 from dlsched.policies.fifo import fifo
 from dlsched.policies.kube_default import kube_default
@@ -47,7 +48,7 @@ PAPER_UTIL_GAIN = (0.20, 0.30)  # "+20-30% resource utilization"
 
 POLICIES: dict[str, Callable[[], Policy]] = {
     "kube-default": kube_default,
-    "gang-fifo": lambda: named(fifo(), "gang-fifo"),
+    "gang-fifo": lambda: Named(fifo(), "gang-fifo"),
     "dragon": dragon,
     "dragon-no-gang": lambda: dragon(gang=False),
     "dragon-no-locality": lambda: dragon(locality=False),
@@ -56,7 +57,7 @@ POLICIES: dict[str, Callable[[], Policy]] = {
 ABLATIONS = {"gang": "dragon-no-gang", "locality": "dragon-no-locality", "scaling": "dragon-no-scaling"}
 TRACE_POLICIES: dict[str, Callable[[], Policy]] = {
     "kube-default": kube_default,
-    "gang-fifo": lambda: named(fifo(), "gang-fifo"),
+    "gang-fifo": lambda: Named(fifo(), "gang-fifo"),
     "dragon": dragon,
     "dragon-backfill": lambda: dragon(backfill_past_starving=True),
 }
@@ -189,7 +190,7 @@ def run_dragon_experiment(
 ) -> DragonReport:
     """Run everything, write runs.csv, summary.csv, ablation.csv, RESULTS.md and a plot into `out`."""
     out.mkdir(parents=True, exist_ok=True)
-    tp = default_throughput(dl2="analytic")
+    tp = default_throughput(traces_dir(), dl2="analytic")
     ps_model = next(m for m in tp.models if isinstance(m, ParameterServerModel))
     c = load_cluster(cluster)
     rows: list[dict] = []

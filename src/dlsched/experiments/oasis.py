@@ -20,7 +20,7 @@ import pandas as pd
 
 from dlsched.core.errors import ConfigError
 from dlsched.core.utility import classify, with_default_utilities
-from dlsched.policies.registry import make_policy
+from dlsched.policies.registry import UTILITY_DRIVEN, make_policy
 from dlsched.sim.config import SimConfig
 from dlsched.sim.engine import simulate
 from dlsched.throughput.oasis_model import OASiSModel
@@ -202,6 +202,7 @@ def run_experiment(out: Path, job_counts, seeds, fig4_seeds=None, step: Progress
 
 def run_trace(trace: str, limit: int | None, policies, out: Path, seed: int = 0, step: Progress | None = None) -> pd.DataFrame:
     """Policies on a real trace; every job gets the `from_duration` default utility so total utility is comparable."""
+    from dlsched.paths import traces_dir
     from dlsched.presets import load_cluster
     from dlsched.throughput.registry import default_throughput
     from dlsched.traces import load_trace
@@ -209,14 +210,15 @@ def run_trace(trace: str, limit: int | None, policies, out: Path, seed: int = 0,
     wl = load_trace(trace, None, limit=limit, seed=seed)
     jobs, _ = with_default_utilities(wl.jobs)
     cluster = load_cluster(wl.cluster)
-    tp = default_throughput()
+    tp = default_throughput(traces_dir())
     rows = []
-    for name in policies:
-        pol = make_policy(name)
+    undeclared = any(not j.work_known for j in jobs)
+    for name in policies:  # utility-driven policies plan from the work: an oracle when jobs declare none
+        pol = make_policy(name, oracle=True) if name in UTILITY_DRIVEN and undeclared else make_policy(name)
         t0 = time.perf_counter()
         res = simulate(jobs, cluster, pol, tp, SimConfig(seed=seed))
         s = res.summary
-        rows.append(dict(policy=name, jobs=s["jobs"], total_utility=s["total_utility"], finished=s["finished"],
+        rows.append(dict(policy=f"{name} (oracle)" if s["oracle"] else name, jobs=s["jobs"], total_utility=s["total_utility"], finished=s["finished"],
                          rejected=s["rejected"], rejection_rate=s["rejected"] / max(1, s["jobs"]),
                          mean_jct_h=s["mean_jct"] / 3600, wall_seconds=time.perf_counter() - t0))
         if step:

@@ -39,7 +39,7 @@ from dlsched.experiments.qos_metrics import (
     PlanRecorder, allocated_utilization, error_summary, fastest_alone, prediction_errors,
 )
 from dlsched.paths import traces_dir
-from dlsched.policies.phases.deadline import ps_for_workers
+from dlsched.policies.phases.sizing import ps_for
 from dlsched.policies.phases.placement import even_spread, pack
 from dlsched.policies.registry import make_policy
 from dlsched.sim.config import SimConfig
@@ -104,7 +104,7 @@ def _itp_cluster(nodes: int) -> Cluster:
 
 
 def _alone_time(spec: JobSpec, workers: int, cluster: Cluster, tp: ThroughputModel) -> float:
-    p = ps_for_workers(spec, workers)
+    p = ps_for(spec, workers)
     alloc = even_spread(cluster, cluster.capacity, spec, workers, p) or pack(cluster, cluster.capacity, spec, workers, p)
     rate = tp.rate(spec, alloc, cluster) if alloc is not None else 0.0
     return spec.iterations / rate if rate > 0 else math.inf
@@ -124,7 +124,7 @@ def cluster_sizes(sc: Scenario, tp: ThroughputModel) -> tuple[int, int]:
     low = max(need, math.ceil(0.5 * mean / sc.node_amount))
     events = []
     for j in sc.jobs:
-        d = float(j.demand(j.max_workers, ps_for_workers(j, j.max_workers))[r])
+        d = float(j.demand(j.max_workers, ps_for(j, j.max_workers))[r])
         end = max(j.deadline or j.submit_time, j.submit_time + fastest_alone(j, big, tp))
         events += [(j.submit_time, d), (end, -d)]
     level = peak = 0.0
@@ -165,7 +165,7 @@ def run_qos(
         raise ConfigError(f"seeds must be >= 1, got {seeds}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    tp = default_throughput()
+    tp = default_throughput(traces_dir())
     config = SimConfig(seed=seed, restart_overhead=restart_overhead)
     scenarios = _scenarios(quick, list(range(seed, seed + seeds)), itp)
     plans = []

@@ -27,7 +27,8 @@ from dlsched.core.job import JobSpec
 from dlsched.core.plan import Plan
 from dlsched.core.policy import Policy
 from dlsched.core.snapshot import Snapshot
-from dlsched.policies.phases.deadline import candidate_sizes, ps_for_workers
+from dlsched.policies.phases.deadline import candidate_sizes
+from dlsched.policies.phases.sizing import ps_for
 from dlsched.policies.phases.placement import even_spread, pack
 from dlsched.sim.config import SimConfig
 from dlsched.sim.results import SimResult
@@ -112,7 +113,7 @@ def fastest_alone(spec: JobSpec, cluster: Cluster, throughput: ThroughputModel) 
     cap = cluster.capacity
     best = math.inf
     for w in candidate_sizes(spec.min_workers, spec.max_workers):
-        p = ps_for_workers(spec, w)
+        p = ps_for(spec, w)
         alloc = even_spread(cluster, cap, spec, w, p) or pack(cluster, cap, spec, w, p)
         if alloc is None:
             continue

@@ -60,11 +60,13 @@ class ClusterView(BaseModel):
     policy: str
     backend: str
     decisions: int
+    last_error: str = Field("", description="why the last decision failed; empty while decisions succeed")
 
 
 class Health(BaseModel):
-    status: str = "ok"
+    status: str = Field("ok", description="'ok', or 'failing' while the policy's decisions fail (HTTP 503)")
     controller: bool = Field(description="whether a controller is attached")
+    error: str = Field("", description="why the last decision failed")
 
 
 _JOB_ID = Path(description="a job id such as job-000001", max_length=64)
@@ -190,8 +192,14 @@ def create_app(store: Store, controller: Any = None, metrics: LiveMetrics | None
             cluster, problem = None, str(exc.detail)
         return HTMLResponse(render_status_page(store.list(), cluster, problem=problem))
 
-    @app.get("/healthz", response_model=Health, tags=["service"], summary="Liveness")
-    def healthz() -> Health:
-        return Health(controller=app.state.controller is not None)
+    @app.get("/healthz", response_model=Health, tags=["service"], summary="Liveness and scheduling health",
+             responses={503: {"model": Health, "description": "the policy's decisions are failing"}})
+    def healthz() -> Health | JSONResponse:
+        ctl = app.state.controller
+        error = ctl.health() if ctl is not None else ""
+        if error:  # jobs are not being scheduled: not healthy, whatever the web server thinks
+            return JSONResponse(status_code=503, content=Health(status="failing", controller=True,
+                                                                error=error).model_dump())
+        return Health(controller=ctl is not None)
 
     return app

@@ -6,7 +6,7 @@ owns every decision and talks to backends only through this interface, so a Kube
 after the trainer's SIGTERM checkpoint, `observe` reads pod phases and the progress log.
 
 The trainer writes its progress, checkpoints and completion marker into the job directory
-(`progress_log` reads them). Every backend therefore needs that directory on storage all of the
+(`dlsched.trainer.protocol` reads them). Every backend therefore needs that directory on storage all of the
 job's processes and the controller can reach: local disk for the local backend, a shared
 filesystem for a multi-machine Ray cluster. Resizes are restart-based: the trainer checkpoints on
 SIGTERM and resumes from the checkpoint at whatever size it is started with next.

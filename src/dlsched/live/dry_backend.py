@@ -3,8 +3,11 @@
 It exists so that the controller, the service and the policies' live behaviour can be exercised
 without processes: tests drive it with a fake clock (milliseconds instead of minutes), the
 decision-overhead benchmark with many jobs, and `dlsched serve --backend dry` lets a user try the
-API and the status page on any machine. Speed grows sub-linearly with workers (w^0.8), like a
-data-parallel job; a stop "checkpoints" the exact step reached.
+API and the status page on any machine. Speed grows sub-linearly with workers (w^0.8 by default,
+like a data-parallel job); a stop "checkpoints" the exact step reached. A run makes no progress for
+`startup` seconds, then steps at its rate: its first step is reported as done at the end of the
+start-up, so the pause the controller measures is exactly `startup` (what the simulator's
+restart overhead models).
 """
 
 from __future__ import annotations
@@ -44,11 +47,12 @@ class DryBackend(Backend):
     name = "dry"
 
     def __init__(self, cluster: Cluster, clock: Callable[[], float] = time.time, rate_per_worker: float = 10.0,
-                 startup: float = 1.0):
+                 startup: float = 1.0, scaling: float = 0.8):
         self._cluster = cluster
         self.clock = clock
         self.rate_per_worker = rate_per_worker
         self.startup = startup
+        self.scaling = scaling  # speed-up exponent: rate = rate_per_worker * workers ** scaling
         self.runs: dict[str, _Run] = {}
         self.checkpoints: dict[str, int] = {}
         self.launches: list[Launch] = []
@@ -58,7 +62,7 @@ class DryBackend(Backend):
         return self._cluster
 
     def rate(self, launch: Launch) -> float:
-        return self.rate_per_worker * launch.allocation.num_workers ** 0.8
+        return self.rate_per_worker * launch.allocation.num_workers ** self.scaling
 
     def _step(self, run: _Run) -> int:
         t = self.clock() - run.started - self.startup
@@ -87,7 +91,7 @@ class DryBackend(Backend):
         out = {}
         for jid, run in self.runs.items():
             step = self.checkpoints[jid] if run.stopped else self._step(run)
-            first = run.started + self.startup + 1.0 / self.rate(run.launch)
+            first = run.started + self.startup
             started = self.clock() >= first
             state = "stopped" if run.stopped else "failed" if run.failed else (
                 "done" if step >= run.launch.job.steps else "running")

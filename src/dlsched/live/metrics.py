@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 #: What `actions_total{kind=...}` counts.
-ACTION_KINDS: tuple[str, ...] = ("start", "stop", "resize", "restart", "cancel")
+ACTION_KINDS: tuple[str, ...] = ("start", "stop", "resize", "restart", "hold", "cancel")
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -33,6 +33,11 @@ class LiveMetrics:
         self.resize_pause_seconds = Histogram(
             "dlsched_resize_pause_seconds", "From asking a running job to stop until its first step at the new size",
             buckets=(0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0), registry=r)
+        self.decision_failures_total = Counter(
+            "dlsched_decision_failures", "Decisions that failed: a plan the core refused, or the policy raised",
+            registry=r)
+        self.decision_failing = Gauge(
+            "dlsched_decision_failing", "1 while the last decision failed (jobs are not being scheduled)", registry=r)
         self.actions_total = Counter(
             "dlsched_actions", "Actions the controller applied", ["kind"], registry=r)
         self.jobs = Gauge("dlsched_jobs", "Jobs in the store by status", ["status"], registry=r)

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 import psutil
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from dlsched.config import read_yaml
 from dlsched.core.cluster import Cluster
 from dlsched.core.errors import ConfigError
 
@@ -115,12 +115,4 @@ def parse_nodes(data: object, source: str = "nodes config") -> LocalNodes:
 def load_nodes(path: str | Path) -> LocalNodes:
     """Read a virtual-node YAML file (format in the module docstring)."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise ConfigError(f"cannot read nodes file {p}: {e.strerror or e}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: not valid YAML: {e}") from None
-    return parse_nodes(data, str(p))
+    return parse_nodes(read_yaml(p, "nodes file"), str(p))

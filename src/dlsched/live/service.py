@@ -47,8 +47,9 @@ class ServiceConfig(BaseModel):
 
 def load_service_config(path: Path | None, **overrides: Any) -> ServiceConfig:
     """A YAML config (or the defaults) with the command line's non-None values on top."""
-    from dlsched.run_config import describe_validation_error, read_yaml_model
     from pydantic import ValidationError
+
+    from dlsched.config import describe_validation_error, read_yaml_model
 
     base = read_yaml_model(Path(path), ServiceConfig, "service config") if path is not None else ServiceConfig()
     updates = {k: v for k, v in overrides.items() if v is not None}
@@ -94,13 +95,16 @@ class Service:
     """Everything `run_service` builds, in an object tests and embedders can start and stop."""
 
     def __init__(self, cfg: ServiceConfig):
-        from dlsched.live.controller import Controller
+        from dlsched.live.controller import Controller, live_refusal
         from dlsched.live.metrics import LiveMetrics
         from dlsched.live.store import Store
         from dlsched.policies.registry import make_policy
 
         self.cfg = cfg
         policy = make_policy(cfg.policy, **cfg.policy_options)  # bad names fail before anything is made
+        refusal = live_refusal(policy)  # ... and so does a policy that cannot run live
+        if refusal:
+            raise ConfigError(refusal)
         cfg.work_dir.mkdir(parents=True, exist_ok=True)
         self.store = Store(cfg.database_url())
         self.metrics = LiveMetrics()

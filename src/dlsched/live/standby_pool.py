@@ -1,10 +1,15 @@
-"""A pool of warm trainer interpreters, so a resize does not pay the torch import.
+"""Pools of warm trainer interpreters, so a resize does not pay the torch import.
 
 Starting `python -m dlsched.trainer` costs ~3 s of imports before the first step, more than the
 whole resize-pause budget (2 s from SIGTERM to the first step at the new size). The trainer's
 `--standby` mode imports everything, prints `ready` and then waits for one JSON line
 `{"argv": [...], "env": {...}}` on stdin; handing that line to an already-warm process turns a
 cold start into a fork-free hand-off.
+
+`StandbyPool` is the contract both backends use: `hand_off` a rank's command line to a standby (or
+None: cold-start it), `ready_count`, `close`. Two implementations: `LocalStandbyPool` here (a
+thread in the backend's process, for the local backend) and `RayStandbyPool` in `ray_actors`
+(a Ray actor per node, which stays the parent of what it hands out).
 
 Each standby process writes its stdout/stderr straight into a file (never a pipe): a trainer must
 outlive the controller, and a pipe whose reader died turns the trainer's next print into an error.
@@ -15,13 +20,13 @@ standby whose controller died reads end-of-file and exits.
 
 Warming costs ~3 s of CPU per interpreter, and on a small machine the refill after a hand-off
 competes with the very run it just started (measured on 2 cores: a 4-worker warm start took 12 s
-to its first step with four refills importing torch beside it, ~2 s without). So the pool waits
-`refill_delay` seconds after a hand-off, warms at most `max_warming` interpreters at a time, and,
-when it is allowed to undo it (root), runs them at a lower CPU priority (`warm_nice`) that is
+to its first step with four refills importing torch beside it, ~2 s without). So the local pool
+waits `refill_delay` seconds after a hand-off, warms at most `max_warming` interpreters at a time,
+and, when it is allowed to undo it (root), runs them at a lower CPU priority (`warm_nice`) that is
 reset to normal, on every thread, at hand-off; otherwise at normal priority.
 
-If the trainer does not support `--standby` (it exits before printing `ready`), the pool turns
-itself off and the backend cold-starts every rank.
+If the trainer does not support `--standby` (it exits before printing `ready`), the local pool
+turns itself off and the backend cold-starts every rank.
 """
 
 from __future__ import annotations
@@ -36,10 +41,11 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Protocol
 
 import psutil
 
-from dlsched.live.progress_log import log_tail
+from dlsched.trainer.protocol import log_tail
 
 log = logging.getLogger(__name__)
 
@@ -52,23 +58,78 @@ WARM_NICE = 10
 
 @dataclass
 class Warm:
-    """One standby interpreter."""
+    """One standby interpreter. `proc` is its handle in the process that started it: the caller's
+    after a hand-off by a pool in the caller's process; None when the pool is a Ray actor, which
+    stays its parent and answers for it."""
 
-    proc: subprocess.Popen
+    pid: int
     log: Path
-    spawned: float
     create_time: float
-    ready: bool = False
+    proc: subprocess.Popen | None = None
+    ready: bool = False  # it had printed `ready` (finished importing)
     nice: int = 0
 
 
-class StandbyPool:
-    """Keeps `size` interpreters of `cmd --standby` warm, refilling in a background thread."""
+class StandbyPool(Protocol):
+    """What a backend asks of a pool of warm `--standby` trainer interpreters."""
+
+    size: int
+
+    def hand_off(self, argv: list[str], env: dict[str, str], log_path: Path) -> Warm | None:
+        """Give one rank's command line to an idle standby, which becomes that rank (its output
+        moves to `log_path`); None when there is none to give: cold-start the rank instead."""
+
+    def ready_count(self) -> int:
+        """Idle standbys that have finished importing."""
+
+    def close(self) -> None:
+        """Kill the idle standbys (handed-off ones are ranks now) and stop refilling."""
+
+
+def start_standby(cmd: list[str], log_path: Path, env: dict[str, str] | None = None, cwd: str | None = None,
+                  preexec_fn: Callable[[], None] | None = None) -> Warm:
+    """Start `cmd --standby` in its own session, its output going to `log_path`, stdin a pipe."""
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen([*cmd, "--standby"], stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
+                                env=env, cwd=cwd, start_new_session=True, preexec_fn=preexec_fn)
+    try:
+        ct = psutil.Process(proc.pid).create_time()
+    except psutil.Error:
+        ct = 0.0
+    return Warm(proc.pid, Path(log_path), ct, proc)
+
+
+def give_command(w: Warm, argv: list[str], env: dict[str, str], log_path: Path) -> None:
+    """Hand `w` its rank: move its log to `log_path`, restore its priority, send the argv/env line.
+    Raises OSError when the standby died meanwhile."""
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.replace(w.log, log_path)
+        w.log = log_path
+    except OSError:  # another filesystem: leave the file, point at it
+        try:
+            if log_path.is_symlink() or log_path.exists():
+                log_path.unlink()
+            log_path.symlink_to(w.log)
+        except OSError:
+            pass
+    if w.nice:
+        _renice(w.pid, 0)
+    assert w.proc is not None and w.proc.stdin is not None
+    w.proc.stdin.write((json.dumps({"argv": argv, "env": env}) + "\n").encode())
+    w.proc.stdin.flush()
+    w.proc.stdin.close()
+
+
+class LocalStandbyPool:
+    """Keeps `size` interpreters of `cmd --standby` warm on this machine, refilling in a background
+    thread; a handed-off interpreter (and its `Popen`) belongs to the caller from then on."""
 
     def __init__(self, cmd: list[str], size: int, log_dir: Path, env: dict[str, str] | None = None,
                  refill_delay: float = REFILL_DELAY_S, max_warming: int | None = None,
                  warm_nice: int | None = None):
-        self.cmd = [*cmd, "--standby"]
+        self.cmd = list(cmd)
         self.refill_delay = refill_delay
         self.max_warming = max_warming or max(1, (os.cpu_count() or 2) // 2)
         # lowering a priority back needs privileges: only nice what we can un-nice
@@ -91,15 +152,22 @@ class StandbyPool:
             self._thread.start()
 
     # ------------------------------------------------------------------ public
-    def take(self) -> Warm | None:
-        """A ready interpreter, removed from the pool, or None (then cold-start)."""
+    def hand_off(self, argv: list[str], env: dict[str, str], log_path: Path) -> Warm | None:
+        """A ready interpreter, now running the rank, or None (then cold-start)."""
         with self._lock:
-            for w in list(self._pool):
-                if w.ready and w.proc.poll() is None:
-                    self._pool.remove(w)
-                    self._hold_until = time.monotonic() + self.refill_delay
-                    return w
-        return None
+            w = next((w for w in self._pool if w.ready and w.proc.poll() is None), None)
+            if w is None:
+                return None
+            self._pool.remove(w)
+            self._hold_until = time.monotonic() + self.refill_delay
+        try:
+            give_command(w, argv, env, log_path)
+            return w
+        except OSError as e:  # it died between take and hand-off: cold start instead
+            log.info("standby %d unusable (%s); cold start", w.pid, e)
+            _kill(w.proc)
+            w.proc.wait()
+            return None
 
     def ready_count(self) -> int:
         with self._lock:
@@ -117,28 +185,7 @@ class StandbyPool:
             time.sleep(POLL_S)
         return False
 
-    @staticmethod
-    def hand_off(w: Warm, argv: list[str], env: dict[str, str], log_path: Path) -> None:
-        """Give `w` its run: move its log to `log_path`, then send the argv/env line."""
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.replace(w.log, log_path)
-        except OSError:  # another filesystem: leave the file, point at it
-            try:
-                if log_path.is_symlink() or log_path.exists():
-                    log_path.unlink()
-                log_path.symlink_to(w.log)
-            except OSError:
-                pass
-        if w.nice:
-            _renice(w.proc.pid, 0)
-        assert w.proc.stdin is not None
-        w.proc.stdin.write((json.dumps({"argv": argv, "env": env}) + "\n").encode())
-        w.proc.stdin.flush()
-        w.proc.stdin.close()
-
     def close(self) -> None:
-        """Kill every idle interpreter (they hold no work) and stop refilling."""
         self._closed.set()
         self._wake.set()
         if self._thread.is_alive():
@@ -205,18 +252,11 @@ class StandbyPool:
                 self._pool.append(w)
 
     def _spawn(self) -> Warm:
-        path = self.log_dir / f"standby-{uuid.uuid4().hex[:12]}.log"
-        with open(path, "ab") as out:
-            proc = subprocess.Popen(
-                self.cmd, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
-                env=self.env, start_new_session=True)
-        try:
-            ct = psutil.Process(proc.pid).create_time()
-        except psutil.Error:
-            ct = 0.0
+        w = start_standby(self.cmd, self.log_dir / f"standby-{uuid.uuid4().hex[:12]}.log", self.env)
         if self.warm_nice:
-            _renice(proc.pid, self.warm_nice)
-        return Warm(proc, path, time.time(), ct, nice=self.warm_nice)
+            _renice(w.pid, self.warm_nice)
+            w.nice = self.warm_nice
+        return w
 
 
 def says_ready(path: str | Path) -> bool:

@@ -20,6 +20,7 @@ _STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:1.5rem;color:#222;background:#fafafa}
 h1{font-size:1.4rem;margin:0 0 .2rem} h2{font-size:1.1rem;margin:1.4rem 0 .5rem}
 .muted{color:#777;font-size:.85rem}
+.error{color:#a00;background:#fee;border:1px solid #e99;padding:.4rem .6rem;border-radius:4px}
 table{border-collapse:collapse;width:100%;background:#fff;font-size:.9rem}
 th,td{text-align:left;padding:.35rem .6rem;border-bottom:1px solid #e5e5e5;white-space:nowrap}
 th{background:#f0f0f0;font-weight:600}
@@ -57,7 +58,9 @@ def _num(x: float) -> str:
 def _nodes_html(cluster: dict[str, Any] | None, problem: str = "") -> str:
     if cluster is None:
         return f'<p class="muted">{escape(problem or "no controller attached: cluster unknown")}</p>'
-    head = (f'<p class="muted">policy <b>{escape(str(cluster.get("policy", "?")))}</b> · backend '
+    error = cluster.get("last_error") or ""
+    alarm = (f'<p class="error"><b>decisions are failing:</b> {escape(str(error))}</p>' if error else "")
+    head = alarm + (f'<p class="muted">policy <b>{escape(str(cluster.get("policy", "?")))}</b> · backend '
             f'<b>{escape(str(cluster.get("backend", "?")))}</b> · {int(cluster.get("decisions", 0))} decisions</p>')
     cards = []
     for n in cluster.get("nodes", []):

@@ -57,13 +57,15 @@ _INT_KEYS = {"jobs", "finished", "rejected", "unfinished", "restarts", "preempti
 
 
 def policy_labels(results: Sequence[SimResult]) -> list[str]:
-    """Policy names made unique ("fifo", "fifo (2)"), so two runs of one policy stay two rows."""
+    """Policy names made unique ("fifo", "fifo (2)"), so two runs of one policy stay two rows; a
+    policy that saw ground truth is marked "(oracle)" wherever its name is shown."""
     seen: dict[str, int] = {}
     out = []
     for r in results:
         n = seen.get(r.policy, 0) + 1
         seen[r.policy] = n
-        out.append(r.policy if n == 1 else f"{r.policy} ({n})")
+        label = r.policy if n == 1 else f"{r.policy} ({n})"
+        out.append(f"{label} (oracle)" if r.summary.get("oracle") else label)
     return out
 
 

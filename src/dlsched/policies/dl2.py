@@ -30,6 +30,7 @@ from dlsched.core.snapshot import Snapshot
 from dlsched.estimators.progress_predictor import RemainingWork
 from dlsched.rl.actor_critic import RLConfig, update
 from dlsched.rl.dl2_network import DL2Net, choose_action
+from dlsched.rl.model_io import load_model
 from dlsched.rl.replay import PrioritizedReplay
 from dlsched.rl.slot_builder import ROWS, SlotBuilder, action_dim
 
@@ -39,7 +40,6 @@ MAX_ACTIONS_PER_SLOT = 100_000  # a guard: every action adds a task, so capacity
 
 class DL2Policy(Policy):
     on_events = False
-    oracle = False
 
     def __init__(self, net: DL2Net, slot_seconds: float = 1200.0, greedy: bool = False, name: str = "dl2",
                  online: bool = False, rl: RLConfig | None = None):
@@ -86,8 +86,8 @@ class DL2Policy(Policy):
 
     # ------------------------------------------------------------------ online fine-tuning
     def _total(self, job) -> float:
-        if job.spec.work_known:
-            return job.spec.iterations
+        if job.declared_work is not None:
+            return job.declared_work
         est = self._remaining.estimate(job)
         return job.progress + est.remaining if np.isfinite(est.remaining) else float("inf")
 
@@ -103,23 +103,6 @@ class DL2Policy(Policy):
             with torch.enable_grad():
                 update(self.net, self.opt, self.replay, self.rl)
             self.updates += 1
-
-
-def save_model(net: DL2Net, path: Path, meta: dict | None = None) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"config": net.config(), "state_dict": net.state_dict(), "meta": meta or {}}, path)
-
-
-def load_model(path: Path) -> tuple[DL2Net, dict]:
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-        net = DL2Net(**blob["config"])
-        net.load_state_dict(blob["state_dict"])
-    except FileNotFoundError:
-        raise
-    except Exception as exc:  # a truncated or foreign file: say which
-        raise ConfigError(f"{path}: not a DL2 model saved by dlsched ({exc})") from None
-    return net.eval(), blob.get("meta", {})
 
 
 def dl2(model: str | None = None, greedy: bool = False, slot_seconds: float = 1200.0, online: bool = False) -> DL2Policy:

@@ -36,7 +36,9 @@ from dlsched.core.job import Architecture
 from dlsched.core.plan import Plan
 from dlsched.core.policy import Policy
 from dlsched.core.snapshot import JobState, Snapshot
-from dlsched.policies.phases.placement import PLACEMENTS, place_by_priority
+from dlsched.policies.phases.placement import PLACEMENTS
+from dlsched.policies.phases.realise import realise
+from dlsched.framework.scoring import dominant_share
 from dlsched.throughput.oasis_model import MODEL_KEY
 
 
@@ -44,9 +46,6 @@ class Dorm(Policy):
     """See the module docstring."""
 
     name = "dorm"
-    on_events = True
-    interval = None
-    oracle = False
 
     def __init__(self, theta: float = 0.5, kappa: float = 0.3, time_limit: float = 1.0, placement: str = "least-loaded"):
         if theta < 0 or not 0 < kappa <= 1 or time_limit <= 0:
@@ -95,7 +94,7 @@ class Dorm(Policy):
                 else:
                     ratio = s.num_ps / s.num_workers
                 rows.append(({p_i[i]: 1.0, n_i[i]: -ratio}, 0.0, np.inf))
-            dom = float(np.max(w * inv_w)) if (w * inv_w).any() else 0.0
+            dom = float(dominant_share(w, self.cw))
             prev = j.allocation.num_workers if j.allocation is not None else 0
             if dom > 0:  # a running job left at its size is exempt (changing it is what c_i limits)
                 cap_share = max((1.0 + self.theta) / J, s.min_workers * dom)
@@ -167,7 +166,7 @@ class Dorm(Policy):
         sized = [(j, *counts[j.job_id]) for j in jobs if counts[j.job_id][0] > 0]
         # running jobs at an unchanged size first, so they keep their nodes
         sized.sort(key=lambda t: (not (t[0].allocation is not None and t[0].num_workers == t[1] and t[0].num_ps == t[2]), t[0].rank))
-        allocations, _ = place_by_priority(snap, sized, self.placement, shrink=True)
+        allocations = realise(snap, sized, self.placement, preempt="minimal", shrink=True)
         return Plan(allocations=allocations)
 
 

@@ -43,7 +43,8 @@ from dlsched.core.allocation import Allocation
 from dlsched.core.cluster import Cluster
 from dlsched.core.errors import ConfigError
 from dlsched.core.plan import Plan
-from dlsched.core.policy import Policy, take
+from dlsched.core.policy import Policy
+from dlsched.framework.packing import take
 from dlsched.core.snapshot import JobState, Snapshot
 from dlsched.policies.phases.gang import Gang, bind_pods
 from dlsched.policies.phases.locality import Locality
@@ -53,10 +54,6 @@ from dlsched.policies.phases.scaling import scale_down_until, scale_up
 
 class Dragon(Policy):
     """See the module docstring."""
-
-    on_events = True
-    interval = None
-    oracle = False
 
     def __init__(
         self,

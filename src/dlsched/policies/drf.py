@@ -12,7 +12,7 @@ arrival order inside it).
 
 It is preemptive, since a newcomer with a smaller share takes resources from the others; but a
 running job whose size the filling leaves unchanged keeps its nodes and its Allocation (the
-sizing lists such jobs first and `place_by_priority` keeps them at no cost), so only jobs whose
+sizing lists such jobs first and the realiser keeps them at no cost), so only jobs whose
 share actually changed restart. Jobs that changed are placed in what is left, in filling order;
 one that does not fit at its fair size shrinks toward its minimum, else waits. Placement defaults
 to DL2's least-loaded node, task by task.
@@ -21,34 +21,23 @@ to DL2's least-loaded node, task by task.
 from __future__ import annotations
 
 from dlsched.core.errors import ConfigError
-from dlsched.core.plan import Plan
-from dlsched.core.policy import Placement, Policy
-from dlsched.core.snapshot import Snapshot
-from dlsched.policies.phases.placement import PLACEMENTS, place_by_priority
+from dlsched.policies.phased import PhasedPolicy
+from dlsched.policies.phases.ordering import Unordered
+from dlsched.policies.phases.placement import PLACEMENTS
 from dlsched.policies.phases.sizing import DominantShareFilling
 
 
-class DRF(Policy):
-    """See the module docstring."""
-
-    name = "drf"
-    on_events = True
-    interval = None
-    oracle = False
-
-    def __init__(self, sizing: DominantShareFilling, placement: Placement):
-        self.sizing = sizing  # breaks ties by arrival itself: no ordering phase needed
-        self.placement = placement
-
-    def schedule(self, snap: Snapshot) -> Plan:
-        sized = self.sizing.size(snap, snap.running + snap.pending)
-        allocations, _ = place_by_priority(snap, sized, self.placement, shrink=True)
-        return Plan(allocations=allocations)
-
-
-def drf(share_by: str = "job", placement: str = "least-loaded", stop_at_first_failure: bool = False) -> DRF:
+def drf(share_by: str = "job", placement: str = "least-loaded", stop_at_first_failure: bool = False) -> PhasedPolicy:
     """DRF. `stop_at_first_failure=True` ends the filling at the first unit that does not fit (DL2);
     the default only freezes that job, so one big rigid job cannot idle the rest of the cluster."""
     if placement not in PLACEMENTS:
         raise ConfigError(f"unknown placement {placement!r}; known: {', '.join(PLACEMENTS)}")
-    return DRF(DominantShareFilling(share_by=share_by, stop_at_first_failure=stop_at_first_failure), PLACEMENTS[placement])
+    return PhasedPolicy(
+        admission=None,
+        ordering=Unordered(),  # the filling breaks ties by arrival itself
+        sizing=DominantShareFilling(share_by=share_by, stop_at_first_failure=stop_at_first_failure),
+        placement=PLACEMENTS[placement],
+        name="drf",
+        preempt="minimal",
+        shrink=True,
+    )

@@ -8,32 +8,26 @@ feasibility filter addresses); `feasibility=True` adds it, deprioritising rather
 
 from __future__ import annotations
 
-from dlsched.core.policy import PhasedPolicy
-from dlsched.policies.phases.admission import AdmitAll
+from dlsched.core.errors import ConfigError
+from dlsched.policies.phased import PhasedPolicy
 from dlsched.policies.phases.deadline import DeadlineFeasibility, EarliestDeadline, EarliestFinish
 from dlsched.policies.phases.placement import PLACEMENTS
 from dlsched.policies.phases.sizing import Requested
-from dlsched.core.errors import ConfigError
-
-
-class _ObservingFeasibility(DeadlineFeasibility):
-    """Feasibility that feeds its estimators first (PhasedPolicy has no observe hook)."""
-
-    def admit(self, snap, jobs):
-        self.finish.observe(snap)
-        return super().admit(snap, jobs)
 
 
 def edf(feasibility: bool = False, placement: str = "least-loaded") -> PhasedPolicy:
     """EDF, non-preemptive, backfilling, at requested sizes; `placement` names a placement phase."""
     if placement not in PLACEMENTS:
         raise ConfigError(f"edf: unknown placement {placement!r}; known: {', '.join(PLACEMENTS)}")
+    observers: tuple[EarliestFinish, ...] = ()
     if feasibility:
-        adm = _ObservingFeasibility(EarliestFinish(), mode="deprioritise")
+        finish = EarliestFinish()
+        adm = DeadlineFeasibility(finish, mode="deprioritise")
         ordering = EarliestDeadline(late=lambda: adm.late)
+        observers = (finish,)
     else:
-        adm, ordering = AdmitAll(), EarliestDeadline()
+        adm, ordering = None, EarliestDeadline()
     return PhasedPolicy(
         admission=adm, ordering=ordering, sizing=Requested(), placement=PLACEMENTS[placement],
-        name="edf", preemptive=False, backfill=True,
+        name="edf", preempt="none", backfill=True, observers=observers,
     )

@@ -7,8 +7,7 @@ starts with all its workers or waits.
 
 from __future__ import annotations
 
-from dlsched.core.policy import PhasedPolicy
-from dlsched.policies.phases.admission import AdmitAll
+from dlsched.policies.phased import PhasedPolicy
 from dlsched.policies.phases.ordering import ByArrival
 from dlsched.policies.phases.placement import Pack
 from dlsched.policies.phases.sizing import Requested
@@ -16,11 +15,11 @@ from dlsched.policies.phases.sizing import Requested
 
 def fifo(backfill: bool = False) -> PhasedPolicy:
     return PhasedPolicy(
-        admission=AdmitAll(),
+        admission=None,
         ordering=ByArrival(),
         sizing=Requested(),
         placement=Pack(),
         name="fifo",
-        preemptive=False,
+        preempt="none",
         backfill=backfill,
     )

@@ -7,7 +7,8 @@ This is the comparison point of DRAGON (Lin, Yeh, Chou; CLOSER 2019). What it mo
   are equal here, so pods go in order of (job submit time, job index, PSs before workers).
 - Each pod is bound on its own to the node that fits it (resources and GPU-type node selector)
   with the best LeastAllocated score: the mean over the scored resources of
-  (allocatable - requested - this pod) / allocatable; ties go to the lowest node index (the real
+  (allocatable - requested - this pod) / allocatable (`framework.scoring.least_allocated`, bound by the
+  same `TaskByTask.bind` as `gang.bind_pods`); ties go to the lowest node index (the real
   scheduler breaks ties at random). By default the scored resources are CPU and memory, as in
   kube-scheduler's default NodeResourcesFit configuration; GPUs are only filtered on.
 - No gang: bound pods of a job whose other pods are still pending hold their resources and do no
@@ -28,6 +29,7 @@ stops early once every shape still waiting has failed.
 from __future__ import annotations
 
 from collections import Counter
+from functools import partial
 
 import numpy as np
 
@@ -37,8 +39,8 @@ from dlsched.core.errors import ConfigError
 from dlsched.core.plan import Plan
 from dlsched.core.policy import Policy
 from dlsched.core.snapshot import JobState, Snapshot
+from dlsched.framework.scoring import TaskByTask, least_allocated
 
-_EPS = 1e-9
 _PS, _WORKER = 0, 1
 
 
@@ -50,7 +52,7 @@ class _Pods:
     def __init__(self, job: JobState):
         self.job = job
         self.left = [job.spec.num_ps, job.spec.num_workers]
-        self.bound: dict[int, list[int]] = {}  # node -> [workers, ps]
+        self.bound: dict[int, tuple[int, int]] = {}  # node -> (workers, ps)
         self.held: Allocation | None = None
 
     def shape(self, kind: int) -> tuple:
@@ -62,15 +64,12 @@ class KubeDefault(Policy):
     """See the module docstring."""
 
     name = "kube-default"
-    on_events = True
-    interval = None
-    oracle = False
 
     def __init__(self, scored: tuple[str, ...] = ("cpu", "mem")):
         bad = [r for r in scored if r not in RESOURCES]
         if bad or not scored:
             raise ConfigError(f"scored resources must be a non-empty subset of {RESOURCES}, got {scored!r}")
-        self.scored = [RESOURCES.index(r) for r in scored]
+        self._binder = TaskByTask(partial(least_allocated, resources=tuple(RESOURCES.index(r) for r in scored)), self.name)
         self.reset(None, 0)
 
     def reset(self, cluster: Cluster | None, seed: int) -> None:
@@ -119,19 +118,6 @@ class KubeDefault(Policy):
             del self._need[shape]
 
     # ------------------------------------------------------------------ scheduling
-    def _best_node(self, cluster: Cluster, room: np.ndarray, demand: np.ndarray, gpu_type: str | None) -> int:
-        ok = (room + _EPS >= demand).all(axis=1)
-        if gpu_type:
-            ok &= cluster.type_mask(gpu_type)
-        if not ok.any():
-            return -1
-        cap = cluster.capacity[:, self.scored]
-        after = room[:, self.scored] - demand[self.scored]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            frac = np.where(cap > 0, after / np.where(cap > 0, cap, 1.0), 0.0)
-        score = np.where(ok, frac.mean(axis=1), -np.inf)
-        return int(np.argmax(score))
-
     def schedule(self, snap: Snapshot) -> Plan:
         self._sync(snap)
         plan = Plan(allocations={j.job_id: j.allocation for j in snap.running})
@@ -141,30 +127,27 @@ class KubeDefault(Policy):
         for idx, p in self._waiting.items():
             if len(failed) >= len(self._need):
                 break  # every shape still waiting failed this round: nothing more can bind
+            spec = p.job.spec
+            total = (spec.num_ps, spec.num_workers)
+            tried = [k for k in (_PS, _WORKER) if p.left[k] and p.shape(k) not in failed]
+            if not tried:
+                continue
+            if room is None:
+                room = np.array(snap.free, dtype=float)
+            want = [total[k] - (0 if k in tried else p.left[k]) for k in (_PS, _WORKER)]
+            self._binder.bind(snap.cluster, room, spec, p.bound, want[_WORKER], want[_PS])
+            got = (sum(ps for _, ps in p.bound.values()), sum(w for w, _ in p.bound.values()))
             changed = False
-            for kind in (_PS, _WORKER):
-                if not p.left[kind]:
-                    continue
-                shape = p.shape(kind)
-                if shape in failed:
-                    continue
-                if room is None:
-                    room = np.array(snap.free, dtype=float)
-                demand = np.asarray(shape[0], dtype=float)
-                while p.left[kind]:
-                    node = self._best_node(snap.cluster, room, demand, shape[1])
-                    if node < 0:
-                        failed.add(shape)
-                        break
-                    room[node] -= demand
-                    p.bound.setdefault(node, [0, 0])[1 - kind] += 1
-                    p.left[kind] -= 1
-                    changed = True
-                if not p.left[kind]:
-                    self._drop_need(shape)
+            for k in tried:
+                changed |= total[k] - got[k] < p.left[k]
+                p.left[k] = total[k] - got[k]
+                if p.left[k]:
+                    failed.add(p.shape(k))
+                else:
+                    self._drop_need(p.shape(k))
             if not changed:
                 continue
-            p.held = Allocation.of({n: (w, ps) for n, (w, ps) in p.bound.items()})
+            p.held = Allocation.of(p.bound)
             if p.left[_PS] == 0 and p.left[_WORKER] == 0:
                 plan.allocations[p.job.job_id] = p.held
                 self._held.pop(p.job.job_id, None)

@@ -20,9 +20,15 @@ role (p with U1, L1 for workers; q with U2, L2 for PSs), both priced on the node
 
 Jobs. `oasis:ps` jobs (see `throughput.oasis_model`) are planned with the paper's model: work
 units of data chunks, elastic worker count up to N, PSs to carry the workers' bandwidth. Any other
-job (real traces) is planned rigidly at its requested gang for ceil(duration / slot) slots, using
-its declared duration as known work (OASiS assumes known work); a job without a utility gets
-`core.utility.from_duration` (equal value per job, target 2x its duration).
+job (real traces) is planned rigidly at its requested gang for ceil(duration / slot) slots; a job
+without a utility gets `core.utility.from_duration` (equal value per job, target 2x its duration).
+
+Known work. OASiS plans a job's whole schedule at its arrival, before it has run at all, so it
+needs the work up front: the paper assumes users declare it (epochs, and the job's profiled
+speed). A job that declares its work (`JobState.declared_work`) is planned from it, and its trace
+duration at the requested size counts as declared with it. A job that declares none (Philly, ITP)
+can only be planned from the truth, so only when the policy runs as an oracle (`snap.oracle` is
+set, reported as such); otherwise it is rejected with that reason (`known_work`).
 
 Execution drift. With restart pauses, or a trace job whose real speed differs, a job can have work
 left when its plan ends; it then keeps its last allocation while that still fits in the room no
@@ -42,7 +48,7 @@ from dlsched.core.cluster import GPU, Cluster
 from dlsched.core.errors import ConfigError
 from dlsched.core.job import Architecture, JobSpec
 from dlsched.core.plan import Plan
-from dlsched.core.policy import Policy
+from dlsched.core.policy import Oracle, Policy
 from dlsched.core.snapshot import JobState, Snapshot
 from dlsched.core.utility import default_utility
 from dlsched.policies.oasis_prices import JobTerms, OnlineConstants, PriceConstants, UsageTable, price
@@ -60,13 +66,29 @@ class Profile:
     work_slots: float  # worker-slots
 
 
+def known_work(job: JobState, snap: Snapshot) -> float | None:
+    """Total iterations a policy that must know the work up front may plan with: what the user
+    declared, else the truth when the policy runs as an oracle, else None."""
+    declared = job.declared_work
+    if declared is not None:
+        return declared
+    return job.progress + snap.remaining_iterations(job) if snap.oracle is not None else None
+
+
+NO_KNOWN_WORK = "declares no work, and {name} needs it up front (the paper assumes users declare it): run it as an oracle"
+
+
 def job_utility(spec: JobSpec):
     """The job's utility, or the duration-derived default for trace jobs that declare none."""
     return spec.utility if spec.utility is not None else default_utility(spec)
 
 
-def profile(spec: JobSpec, slot: float, max_units: int) -> Profile:
-    """The paper's chunk model for `oasis:ps` jobs; a rigid gang for every other job."""
+def profile(spec: JobSpec, slot: float, max_units: int, work: float | None = None) -> Profile:
+    """The paper's chunk model for `oasis:ps` jobs; a rigid gang for every other job.
+
+    `work` is the job's known total (`known_work`); a rigid job without a trace duration at its
+    requested size is a duration-only job, whose iterations are seconds at that size.
+    """
     if spec.model == MODEL_KEY:
         ex = spec.extra
         t = minibatch_seconds(ex) / slot  # slots per mini-batch
@@ -81,7 +103,7 @@ def profile(spec: JobSpec, slot: float, max_units: int) -> Profile:
         bad = (w > min(N, spec.max_workers)) | ((w > 0) & (w < spec.min_workers)) | (p > w) | (p > spec.max_ps)
         w[bad] = -1
         return Profile(w, p, max(1, math.ceil(E * M * t - 1e-9)), float(math.ceil(chunks * M * t - 1e-9)))
-    dur = spec.duration if spec.duration is not None else (spec.iterations if spec.model == "duration-only" else None)
+    dur = spec.duration if spec.duration is not None else (work if spec.model == "duration-only" else None)
     if dur is None:
         raise ConfigError(
             f"job {spec.job_id!r}: OASiS needs known work (an '{MODEL_KEY}' job or a trace duration), "
@@ -130,8 +152,9 @@ class OASiS(Policy):
     """See the module docstring."""
 
     name = "oasis"
-    on_events = True
-    oracle = False
+    offline_only = ("it commits each job's whole schedule when the job arrives, from the job's speed at "
+                    "every size (its paper's per-job model, an 'oasis:ps' job or a trace duration); a live "
+                    "job declares its steps but not its speeds, which are only measured once it runs")
 
     def __init__(
         self,
@@ -202,8 +225,16 @@ class OASiS(Policy):
         if self.origin is None:
             self.origin = snap.now
         plan = Plan()
-        new = [j for j in snap.pending if j.job_id not in self.decided]
-        for job in sorted(new, key=self._order_key):
+        new = []
+        for j in snap.pending:
+            if j.job_id in self.decided:
+                continue
+            if known_work(j, snap) is None:
+                self.decided.add(j.job_id)
+                plan.reject(j.job_id, f"OASiS: {NO_KNOWN_WORK.format(name='OASiS')}")
+            else:
+                new.append(j)
+        for job in sorted(new, key=lambda j: self._order_key(j, snap)):
             self._decide(job, snap, plan)
         s = self._slot_of(snap.now)
         live = {j.job_id: j for j in snap.running + snap.pending}
@@ -231,7 +262,7 @@ class OASiS(Policy):
                     left = self.table.used[t, nodes] - (np.outer(a.workers, wd) + np.outer(a.ps, pd_))
                     self.table.used[t, nodes] = np.maximum(left, 0.0)  # no -1e-16 from float round-off
 
-    def _order_key(self, job: JobState):
+    def _order_key(self, job: JobState, snap: Snapshot):
         """Jobs that arrive together are decided one by one; the paper gives no order among them.
 
         "arrival": submit order. "value": highest peak utility per unit of work first (utility per
@@ -241,7 +272,7 @@ class OASiS(Policy):
         if self.order == "arrival":
             return (job.rank,)
         spec = job.spec
-        prof = profile(spec, self.slot, self.max_units)
+        prof = profile(spec, self.slot, self.max_units, known_work(job, snap))
         density = job_utility(spec)(0.0) / max(prof.work_slots * float(np.sum(spec.worker_demand)), 1e-12)
         return (-density, job.rank)
 
@@ -271,7 +302,7 @@ class OASiS(Policy):
         start = self._slot_start(max(snap.now, spec.submit_time))
         end = start + self.horizon if self.rolling else self.horizon
         f = job_utility(spec)
-        prof = profile(spec, self.slot, self.max_units)
+        prof = profile(spec, self.slot, self.max_units, known_work(job, snap))
         wd, pd_ = np.asarray(spec.worker_demand), np.asarray(spec.ps_demand)
         end_time = self.origin + end * self.slot
         terms = JobTerms(
@@ -357,6 +388,9 @@ def oasis(
     l_min_fraction: float = 1e-3,
     order: str = "arrival",
     release: bool = True,
-) -> OASiS:
-    """OASiS with U and L estimated online from the jobs seen so far (x `scale`); see OASiS for options."""
-    return OASiS(slot_seconds, horizon, rolling, pools, max_units, scale, None, l_min_fraction, order, release)
+    oracle: bool = False,
+) -> Policy:
+    """OASiS with U and L estimated online from the jobs seen so far (x `scale`); see OASiS for
+    options. `oracle=True` plans jobs that declare no work from their true work (reported as an oracle)."""
+    pol = OASiS(slot_seconds, horizon, rolling, pools, max_units, scale, None, l_min_fraction, order, release)
+    return Oracle(pol) if oracle else pol

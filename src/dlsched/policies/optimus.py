@@ -1,43 +1,33 @@
 """Optimus (Peng et al., EuroSys'18): fitted speed and convergence models, greedy marginal gain.
 
-Every slot (`interval`, 600 s as Optimus' TS_INTERVAL) the whole cluster is re-decided:
+Every slot (600 s, Optimus' TS_INTERVAL; the `Every` wrapper asks) the cluster is re-decided:
+1. Base: each job gets its minimum size while the cluster has room, shortest estimated remaining
+   time at that size first (`order="remaining"`; rigid jobs get only this, i.e. SRTF on estimates)
+   or in arrival order (`"arrival"`, Optimus' code).
+2. Greedy: with Q = remaining iterations and T = Q/f(p, w), a max-heap of each job's best move by
+   time saved per unit of dominant share added (`normalize=False`: unnormalised, DL2's simulated
+   Optimus); pop the best, add it, recompute that job; stop when no gain > 0 fits. Counted at
+   cluster level. Moves are +1 worker or +1 PS; `jumps=True` (ours) also +1 of each and doubled
+   workers/PSs: with a placement-dependent speed (DL2's analytic PS model) a vgg-16 job at (2, 2)
+   gets slower with any single task that needs a second server, yet runs 5x faster at (16, 16).
+3. Placement through the shared realiser (`phases.realise`, from the empty cluster), by ascending
+   p + w: evenly over the fewest servers (`even_spread`), else packed, else shrunk toward the
+   minimum a task at a time, else the job waits.
 
-1. Base: each job gets its minimum size (1 PS + 1 worker, or its minimum workers) while the
-   cluster has room. Order (`order`): "remaining" (default) = shortest estimated remaining time
-   at that size first, so that when not every job fits, as for rigid duration-only jobs where
-   this is all Optimus does, the admission is SRTF on estimates; "arrival" = Optimus' code.
-2. Greedy: with Q = remaining iterations and T = Q/f(p, w), a max-heap of each job's best of
-   gain_w = (T − Q/f(p, w+1)) / s_w and gain_ps = (T − Q/f(p+1, w)) / s_ps, where s is the
-   task's demand in its dominant-share resource (Optimus' normalisation; `normalize=False` gives
-   DL2's simulated Optimus, which does not normalise). Pop the best, add that task, recompute
-   that job; stop when the best gain is ≤ 0 or nothing fits. Capacity is counted at cluster level.
-   `jumps=True` (ours, default) also offers +1 PS and +1 worker together and doubled workers
-   and/or PSs, each valued per dominant share added: with a placement-dependent true speed
-   (DL2's analytic PS model as the oracle) a vgg-16 job at (2, 2) on one 2-GPU server gets slower
-   with any single extra task, which needs a second server, yet runs 5x faster at (16, 16); plain
-   single steps left it at (2, 2) with the cluster idle. With a concave speed the single steps
-   still win, so this changes nothing there. `jumps=False` is the paper's greedy.
-3. Placement: jobs by ascending p + w, each spread evenly over the fewest servers
-   (`phases.placement.even_spread`); if that fails, packed (uneven) at the same size; if that
-   fails too, shrunk task by task toward its minimum; else it waits.
-
-Decisions of ours (the paper re-plans every slot for free; our engine charges restarts):
-- Churn: a running job whose size is unchanged keeps its nodes when they still fit. A running
-  job is resized only if that pays within the next slot: with H = min(interval, its remaining
-  time), f_new·(H − restart_overhead) > f_now·H; otherwise it keeps its current size when the
-  cluster-level budget allows, and the greedy is re-run around it (at most 4 re-runs).
-- Events: `on_events=True` asks on arrivals/completions too, but then only pending jobs are
-  sized (steps 1-3 in the free resources); running jobs are never resized off-slot, so an
-  arrival does not wait up to a whole slot and does not cause restarts either.
-- Estimates (`oracle=False`): speeds from `estimators.speed_model` (per job type, NNLS fit with
-  ≥ 5/4/3 measured sizes, an optimistic prior before); remaining work from
-  `estimators.progress_predictor` (loss-curve fit). A job of unknown remaining work counts as
-  the median of the others. Profiling rule: a job type with no measured speed yet runs at its
-  minimum size (the engine records the speed as soon as it starts); later sizes come from the
-  prior, which credits unmeasured sizes optimistically, so jobs of a type keep moving to new
-  sizes until the fit has its points; each new size adds a point shared by the whole type.
-- `oracle=True` is DL2's simulated Optimus: the true throughput model (rate of the allocation
-  `even_spread` would give on the empty cluster) and the true remaining iterations.
+Ours (the paper re-plans for free; our engine charges restarts):
+- Churn: a running job is resized only if that pays within the slot (with H = min(slot, its
+  remaining time), f_new·(H − restart_overhead) > f_now·H); otherwise it keeps its size when the
+  budget allows and the greedy re-runs around it (≤ 4 times). Measured on 12 elastic PS jobs
+  (10 s restarts): 60 restarts instead of 72 at the same mean JCT; with restarts that never pay
+  back, none at all.
+- Events: arrivals/completions size only waiting jobs in what is free (no restart, no wait for
+  the slot). A call that cannot change anything returns at once: on an event, when no waiting
+  job's minimum fits the free resources; on a slot, when nothing waits and every job is rigid.
+- Estimates: speeds from `estimators.speed_model` (per job type; an optimistic prior until the fit
+  has its points, so a type keeps trying new sizes), remaining work from
+  `estimators.progress_predictor` (declared work, else a loss-curve fit); unknown work counts as
+  the median of the others. As an oracle (`Oracle`, DL2's simulated Optimus): the true rate of
+  the allocation `even_spread` would give on the empty cluster, and the true remaining work.
 """
 
 from __future__ import annotations
@@ -45,7 +35,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -54,11 +44,13 @@ from dlsched.core.cluster import Cluster
 from dlsched.core.errors import ConfigError
 from dlsched.core.job import JobSpec
 from dlsched.core.plan import Plan
-from dlsched.core.policy import Policy, keep_if_fits, take
+from dlsched.core.policy import Every, Oracle, Policy
 from dlsched.core.snapshot import JobState, JobStatus, Snapshot
 from dlsched.estimators.progress_predictor import RemainingWork, oracle_estimate
 from dlsched.estimators.speed_model import SpeedPool
-from dlsched.policies.phases.placement import even_spread, pack
+from dlsched.framework.packing import pack
+from dlsched.policies.phases.placement import even_spread
+from dlsched.policies.phases.realise import realise
 
 ORDERS = ("remaining", "arrival")
 _CHURN_ROUNDS = 5
@@ -66,7 +58,7 @@ _CHURN_ROUNDS = 5
 
 @dataclass(eq=False)
 class _Cand:
-    """One job during a scheduling call: its estimates and its target size."""
+    """One job during a scheduling call: its estimates and its target size (p PSs, w workers)."""
 
     js: JobState
     q: float  # remaining iterations (estimate, or truth for the oracle)
@@ -79,14 +71,9 @@ class _Cand:
     _memo: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        # plain floats: the greedy does ~10^5 three-element sums per call, where NumPy's
-        # per-call overhead would dominate
-        self.wd = tuple(float(x) for x in self.js.spec.worker_demand)
-        self.pd = tuple(float(x) for x in self.js.spec.ps_demand)
-
-    @property
-    def spec(self) -> JobSpec:
-        return self.js.spec
+        spec = self.js.spec  # demands are tuples of floats: the greedy's many 3-element sums stay cheap
+        self.wd, self.pd = spec.worker_demand, spec.ps_demand
+        self.minimum = (spec.min_ps, spec.min_workers)
 
     def need(self, p: int, w: int) -> list[float]:
         """Resources of p PSs and w workers (negative counts give what a shrink frees)."""
@@ -98,87 +85,74 @@ class _Cand:
             self._memo[key] = self.speed(p, w)
         return self._memo[key]
 
-    @property
-    def minimum(self) -> tuple[int, int]:
-        return self.spec.min_ps, self.spec.min_workers
-
 
 class Optimus(Policy):
+    """See the module docstring. `slot`: the slot length in seconds (the churn horizon; a call is a
+    full re-plan on a tick or wake), None = every call re-plans; the trigger is the `Every` wrapper."""
+
     name = "optimus"
 
-    def __init__(
-        self,
-        interval: float | None = 600.0,
-        on_events: bool = True,
-        oracle: bool = False,
-        order: str = "remaining",
-        normalize: bool = True,
-        jumps: bool = True,
-    ):
-        if interval is not None and not interval > 0:
-            raise ConfigError(f"optimus: interval must be > 0 seconds, got {interval}")
+    def __init__(self, slot: float | None = 600.0, order: str = "remaining", normalize: bool = True, jumps: bool = True):
         if order not in ORDERS:
             raise ConfigError(f"optimus: order must be one of {', '.join(ORDERS)}, got {order!r}")
-        if interval is None and not on_events:
-            raise ConfigError("optimus: with no interval and on_events=False it would never be asked")
-        self.interval = interval
-        self.on_events = on_events
-        self.oracle = oracle
-        self.order = order
-        self.normalize = normalize
-        self.jumps = jumps
-        self.reset(None, 0)  # type: ignore[arg-type]
+        self.slot, self.order, self.normalize, self.jumps = slot, order, normalize, jumps
+        self.reset(None, 0)
 
-    def reset(self, cluster: Cluster, seed: int) -> None:
+    def reset(self, cluster: Cluster | None, seed: int) -> None:
         self.speeds = SpeedPool()
         self.work = RemainingWork()
         self._oracle_rates: dict[str, dict[tuple[int, int], float]] = {}
+        self._moved: list[JobState] = []  # jobs the last plan started or resized: new speed points
+        self._seq = 0  # heap tie-breaker
 
     # ------------------------------------------------------------------ the call
     def schedule(self, snap: Snapshot) -> Plan:
-        jobs = snap.running + snap.pending
-        if not self.oracle:
-            for js in jobs:
-                self.speeds.observe(js)
-            self.work.observe(jobs)
-        full = self.interval is None or bool({"tick", "wake"} & set(snap.events))
-        plan = Plan()
-        if full:
-            if self.oracle:  # forget the true rates of jobs that have left
-                live = {js.job_id for js in jobs}
-                self._oracle_rates = {k: v for k, v in self._oracle_rates.items() if k in live}
-            cands = [self._cand(snap, js) for js in jobs]
-            free = snap.cluster.capacity.copy()
+        oracle = snap.oracle is not None
+        full = self.slot is None or bool({"tick", "wake"} & set(snap.events))
+        if oracle:
+            for js in snap.finished:  # forget the true rates of jobs that have left
+                self._oracle_rates.pop(js.job_id, None)
         else:
-            cands = [self._cand(snap, js) for js in snap.pending]
-            free = snap.free.copy()
-            for js in snap.running:
-                plan.assign(js.job_id, js.allocation)
-        if not cands:
-            return plan
+            self._observe(snap)
+        jobs, free = (snap.running + snap.pending, snap.cluster.capacity) if full else (snap.pending, snap.free)
+        settled = (not snap.pending and not any(js.spec.elastic for js in snap.running)) if full \
+            else not _any_minimum_fits(jobs, free)
+        if settled:  # nothing this call could change: every running job keeps its size and nodes
+            self._moved = []
+            return Plan(keep_running=True)
+        cands = [self._cand(snap, js, oracle) for js in jobs]
         self._rank(cands)
         share = _dominant_share(snap.cluster)
-        budget = [float(x) for x in free.sum(axis=0)]
+        budget = free.sum(axis=0).tolist()
         self._allocate(cands, budget, share)
         if full:
             self._avoid_churn(snap, cands, budget, share)
-        self._place(snap.cluster, free, cands, plan)
-        return plan
+        sized = sorted((c for c in cands if c.w > 0), key=lambda c: (c.cur != (c.p, c.w), c.p + c.w, c.rank))
+        allocations = realise(snap, ((c.js, c.w, c.p) for c in sized), _EVEN_THEN_PACK,
+                              preempt="replan" if full else "none", shrink=_optimus_shrink)
+        self._moved = [c.js for c in sized if allocations.get(c.js.job_id, c.js.allocation) is not c.js.allocation]
+        return Plan(allocations=allocations, keep_running=not full)
+
+    def _observe(self, snap: Snapshot) -> None:
+        """Feed the estimators what changed: new speeds of the jobs the last plan moved (all running
+        jobs on any other event, e.g. a node's speed changing) and the work of finished jobs."""
+        other = set(snap.events) - {"arrival", "completion", "tick", "wake"}
+        for js in snap.running if other else self._moved:
+            if js.status is JobStatus.RUNNING:
+                self.speeds.observe(js)
+        self.work.observe(list(snap.finished))
 
     # ------------------------------------------------------------------ estimates
-    def _cand(self, snap: Snapshot, js: JobState) -> _Cand:
+    def _cand(self, snap: Snapshot, js: JobState, oracle: bool) -> _Cand:
         cur = (js.num_ps, js.num_workers) if js.status is JobStatus.RUNNING else None
-        if self.oracle:
+        if oracle:
             q = oracle_estimate(snap, js).remaining
 
-            def speed(p: int, w: int, js: JobState = js) -> float | None:
-                return self._oracle_rate(snap, js.spec, p, w)
+            def speed(p: int, w: int, spec: JobSpec = js.spec) -> float | None:
+                return self._oracle_rate(snap, spec, p, w)
         else:
             q = self.work.estimate(js).remaining
-            model = self.speeds.model(js.spec)
-
-            def speed(p: int, w: int, model=model) -> float | None:
-                return model.predict(p, w)
+            speed = self.speeds.model(js.spec).predict
         return _Cand(js=js, q=max(q, 0.0), speed=speed, cur=cur)
 
     def _oracle_rate(self, snap: Snapshot, spec: JobSpec, p: int, w: int) -> float:
@@ -186,7 +160,7 @@ class Optimus(Policy):
         rate = rates.get((p, w))
         if rate is None:
             cap = snap.cluster.capacity
-            alloc = even_spread(snap.cluster, cap, spec, w, p) or pack(snap.cluster, cap, spec, w, p)
+            alloc = _EVEN_THEN_PACK.place(snap.cluster, cap, spec, w, p)
             rate = snap.oracle.rate(spec, alloc, snap.cluster) if alloc is not None else 0.0
             rates[(p, w)] = rate
         return rate
@@ -205,32 +179,27 @@ class Optimus(Policy):
             finite = [t for t in times if t is not None]
             mid = float(np.median(finite)) if finite else 0.0
             keys = [mid if t is None else t for t in times]
-        ranked = sorted(range(len(cands)), key=lambda i: (keys[i], cands[i].spec.submit_time, cands[i].js.index))
+        ranked = sorted(range(len(cands)), key=lambda i: (keys[i], cands[i].js.spec.submit_time, cands[i].js.index))
         for r, i in enumerate(ranked):
             cands[i].rank = r
         cands.sort(key=lambda c: c.rank)
 
     # ------------------------------------------------------------------ sizing
-    def _allocate(self, cands: list[_Cand], budget: list[float], share: list[float]) -> list[float]:
-        """Steps 1-2 at cluster level; sets every candidate's (p, w). Returns what is left."""
+    def _allocate(self, cands: list[_Cand], budget: list[float], share: list[float]) -> None:
+        """Steps 1-2 at cluster level: sets every candidate's (p, w) within `budget`."""
         left = list(budget)
         for c in cands:
             c.p, c.w = c.cur if c.fixed and c.cur else (0, 0)
             if c.fixed:
                 _sub(left, c.need(c.p, c.w))
         for c in cands:
-            if c.fixed:
-                continue
-            p, w = c.minimum
-            need = c.need(p, w)
-            if _fits(need, left):
-                c.p, c.w = p, w
-                _sub(left, need)
+            if not c.fixed and _fits(c.need(*c.minimum), left):
+                c.p, c.w = c.minimum
+                _sub(left, c.need(c.p, c.w))
         heap: list[tuple[float, int, int, int, int]] = []
-        seq = 0
         for i, c in enumerate(cands):
             if c.w and not c.fixed:
-                seq = self._push(heap, c, i, left, share, seq)
+                self._push(heap, c, i, left, share)
         while heap:  # a job has at most one entry, so its (p, w) is unchanged since the push
             neg, _, i, p, w = heapq.heappop(heap)
             if -neg <= 0:
@@ -240,30 +209,28 @@ class Optimus(Policy):
             if _fits(need, left):
                 c.p, c.w = p, w
                 _sub(left, need)
-            seq = self._push(heap, c, i, left, share, seq)
-        return left
+            self._push(heap, c, i, left, share)
 
-    def _push(self, heap: list, c: _Cand, i: int, left: list[float], share: list[float], seq: int) -> int:
+    def _push(self, heap: list, c: _Cand, i: int, left: list[float], share: list[float]) -> None:
         best = self._best_gain(c, left, share)
         if best is not None:
-            heapq.heappush(heap, (-best[0], seq, i, best[1], best[2]))
-        return seq + 1
+            self._seq += 1
+            heapq.heappush(heap, (-best[0], self._seq, i, best[1], best[2]))
 
     def _moves(self, c: _Cand) -> set[tuple[int, int]]:
         """Sizes one greedy step may go to: +1 worker or +1 PS (Optimus), and with `jumps` also
-        +1 of each and doubled workers/PSs, so that a true speed that only pays off once a job
-        fills whole servers does not leave it stuck at a local optimum."""
-        spec, p, w = c.spec, c.p, c.w
+        +1 of each and doubled workers/PSs (see the module docstring)."""
+        spec, p, w = c.js.spec, c.p, c.w
         max_p, max_w = spec.max_ps, spec.max_workers
         out = {(p, w + 1), (p + 1, w)} if max_p else {(p, w + 1)}
         if self.jumps:
             out |= {(p, 2 * w), (2 * p, 2 * w), (2 * p, w), (p + 1, w + 1)} if max_p else {(p, 2 * w)}
         return {(min(a, max_p), min(b, max_w)) for a, b in out} - {(p, w)}
 
-    def _best_gain(
-        self, c: _Cand, left: list[float], share: list[float]
-    ) -> tuple[float, int, int] | None:
+    def _best_gain(self, c: _Cand, left: list[float], share: list[float]) -> tuple[float, int, int] | None:
         """The best fitting move by time saved per unit of dominant share added."""
+        if c.js.spec.min_workers == c.js.spec.max_workers and c.js.spec.min_ps == c.js.spec.max_ps:
+            return None  # rigid: no move exists
         t0 = _time(c.q, c.f(c.p, c.w))
         if t0 is None:  # type never measured: profile at the minimum first
             return None
@@ -284,7 +251,7 @@ class Optimus(Policy):
 
     def _avoid_churn(self, snap: Snapshot, cands: list[_Cand], budget: list[float], share: list[float]) -> None:
         """Keep running jobs at their size unless a resize pays back within the next slot."""
-        horizon = self.interval or 600.0
+        horizon = self.slot or 600.0
         for round_ in range(_CHURN_ROUNDS):
             left = list(budget)
             for c in cands:
@@ -307,37 +274,36 @@ class Optimus(Policy):
                 return  # fixing only ever used budget that was left, so targets stay feasible
             self._allocate(cands, budget, share)
 
-    # ------------------------------------------------------------------ placement
-    def _place(self, cluster: Cluster, free: np.ndarray, cands: list[_Cand], plan: Plan) -> None:
-        sized = [c for c in cands if c.w > 0]
-        for c in sized:  # unchanged running jobs keep their nodes first
-            if c.cur == (c.p, c.w):
-                alloc = keep_if_fits(c.js, free)
-                if alloc is not None:
-                    take(free, alloc, c.spec)
-                    plan.assign(c.js.job_id, alloc)
-        for c in sorted(sized, key=lambda c: (c.p + c.w, c.rank)):
-            if c.js.job_id in plan.allocations:
-                continue
-            alloc = self._place_one(cluster, free, c)
-            if alloc is not None:
-                take(free, alloc, c.spec)
-                plan.assign(c.js.job_id, alloc)
 
-    def _place_one(self, cluster: Cluster, free: np.ndarray, c: _Cand) -> Allocation | None:
-        p, w = c.p, c.w
-        min_p, min_w = c.minimum
-        while True:
-            alloc = keep_if_fits(c.js, free) if c.cur == (p, w) else None
-            alloc = alloc or even_spread(cluster, free, c.spec, w, p) or pack(cluster, free, c.spec, w, p)
-            if alloc is not None:
-                return alloc
-            if w > min_w and (w >= p or p <= min_p):
-                w -= 1
-            elif p > min_p:
-                p -= 1
-            else:
-                return None
+class _EvenThenPack:
+    """Optimus' placement: evenly over the fewest servers (`even_spread`), else packed unevenly."""
+
+    name = "even-spread"
+
+    def place(self, cluster: Cluster, free: np.ndarray, spec: JobSpec, workers: int, ps: int) -> Allocation | None:
+        return even_spread(cluster, free, spec, workers, ps) or pack(cluster, free, spec, workers, ps)
+
+
+_EVEN_THEN_PACK = _EvenThenPack()
+
+
+def _optimus_shrink(spec: JobSpec, w: int, p: int) -> Iterator[tuple[int, int]]:
+    """Smaller sizes toward the minimum: a worker fewer while workers ≥ PSs, else a PS fewer."""
+    while True:
+        if w > spec.min_workers and (w >= p or p <= spec.min_ps):
+            w -= 1
+        elif p > spec.min_ps:
+            p -= 1
+        else:
+            return
+        yield w, p
+
+
+def _any_minimum_fits(jobs: list[JobState], free: np.ndarray) -> bool:
+    """Whether any job's minimum size fits in `free` counted at cluster level (the base pass)."""
+    budget = free.sum(axis=0).tolist()
+    return any(_fits([s.min_workers * a + s.min_ps * b for a, b in zip(s.worker_demand, s.ps_demand)], budget)
+               for s in (js.spec for js in jobs))
 
 
 def _time(q: float, f: float | None) -> float | None:
@@ -378,8 +344,14 @@ def optimus(
     order: str = "remaining",
     normalize: bool = True,
     jumps: bool = True,
-) -> Optimus:
-    """Optimus baseline; `oracle=True` is DL2's simulated Optimus (true speeds and work)."""
-    return Optimus(
-        interval=interval, on_events=on_events, oracle=oracle, order=order, normalize=normalize, jumps=jumps
-    )
+) -> Policy:
+    """Optimus asked every `interval` seconds (and on arrivals/completions with `on_events`);
+    `oracle=True` is DL2's simulated Optimus (true speeds and work), reported as an oracle."""
+    if interval is not None and not interval > 0:
+        raise ConfigError(f"optimus: interval must be > 0 seconds, got {interval}")
+    if interval is None and not on_events:
+        raise ConfigError("optimus: with no interval and on_events=False it would never be asked")
+    pol: Policy = Optimus(slot=interval, order=order, normalize=normalize, jumps=jumps)
+    if interval is not None:
+        pol = Every(pol, interval, events=on_events)
+    return Oracle(pol) if oracle else pol

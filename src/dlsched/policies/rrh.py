@@ -14,8 +14,11 @@ arrival and completion:
   reward above the threshold first; those that fit run (a running job keeps its nodes), the others
   pause. A job whose utility has decayed to nothing therefore yields to jobs that still gain.
 
-Remaining times come from the job's own declared work and speed model (OASiS' workload declares
-its work; for duration-only trace jobs the remaining trace duration), as RRH needs them.
+Remaining times come from the job's declared work and speed (`oasis.known_work`: OASiS' workload
+declares its epochs and per-mini-batch time; a trace job that declares its work has its trace
+duration at its requested size declared with it), as RRH needs them from the first decision on. A
+job that declares no work is planned from the truth only when RRH runs as an oracle (reported as
+such); otherwise it is rejected with that reason.
 Placement is task by task on the least-loaded node, the round-robin-like placement of the paper.
 """
 
@@ -26,23 +29,24 @@ import numpy as np
 from dlsched.core.allocation import Allocation
 from dlsched.core.errors import ConfigError
 from dlsched.core.plan import Plan
-from dlsched.core.policy import Policy
+from dlsched.core.policy import Oracle, Policy
 from dlsched.core.snapshot import JobState, Snapshot
-from dlsched.policies.oasis import job_utility
-from dlsched.policies.phases.placement import PLACEMENTS, place_by_priority
+from dlsched.policies.oasis import NO_KNOWN_WORK, job_utility, known_work
+from dlsched.policies.phases.placement import PLACEMENTS
+from dlsched.framework.scoring import dominant_share
+from dlsched.policies.phases.realise import realise
 from dlsched.throughput.oasis_model import MODEL_KEY, OASiSModel
 
-_MODEL = OASiSModel()
 
-
-def remaining_seconds(job: JobState, workers: int, ps: int) -> float:
-    """Time to finish at (workers, ps) from the job's declared work and speed (inf if it cannot run)."""
+def remaining_seconds(job: JobState, workers: int, ps: int, work: float) -> float:
+    """Time to finish `work` total iterations at (workers, ps) at the job's declared speed (inf if
+    it cannot run). An `oasis:ps` job's speed is OASiS' formula over its declared parameters."""
     spec = job.spec
-    left = max(0.0, spec.iterations - job.progress)
+    left = max(0.0, work - job.progress)
     if spec.model == MODEL_KEY:
-        rate = _MODEL.rate(spec, Allocation.of({0: (workers, ps)}), None)  # placement-free model
+        rate = OASiSModel().rate(spec, Allocation.of({0: (workers, ps)}), None)  # placement-free model
     elif spec.duration:
-        rate = spec.iterations / spec.duration * (workers / spec.num_workers)
+        rate = work / spec.duration * (workers / spec.num_workers)
     else:
         rate = workers / spec.num_workers
     return left / rate if rate > 0 else np.inf
@@ -52,9 +56,6 @@ class RRH(Policy):
     """See the module docstring."""
 
     name = "rrh"
-    on_events = True
-    interval = None
-    oracle = False
 
     def __init__(self, threshold: float = 0.0, placement: str = "least-loaded"):
         if placement not in PLACEMENTS:
@@ -70,11 +71,11 @@ class RRH(Policy):
     def _share(self, job: JobState) -> float:
         s = job.spec
         use = s.demand(s.num_workers, s.num_ps)
-        return float(np.max(np.divide(use, self.total, out=np.zeros_like(use), where=self.total > 0)))
+        return float(dominant_share(use, self.total))
 
     def _reward(self, job: JobState, now: float, extra_wait: float = 0.0) -> tuple[float, float]:
         s = job.spec
-        rem = remaining_seconds(job, s.num_workers, s.num_ps)
+        rem = remaining_seconds(job, s.num_workers, s.num_ps, known_work(job, self._snap))
         if not np.isfinite(rem):
             return 0.0, rem
         return float(job_utility(s)(now + extra_wait + rem - s.submit_time)), rem
@@ -102,8 +103,12 @@ class RRH(Policy):
     def schedule(self, snap: Snapshot) -> Plan:
         plan = Plan()
         now = snap.now
+        self._snap = snap  # known_work reads the truth through it only when run as an oracle
         new = [j for j in snap.pending if j.job_id not in self.admitted]
         for job in sorted(new, key=lambda j: j.rank):
+            if known_work(job, self._snap) is None:
+                plan.reject(job.job_id, f"RRH: {NO_KNOWN_WORK.format(name='RRH')}")
+                continue
             admitted = [j for j in snap.running + snap.pending if j.job_id in self.admitted]
             reward, rem = self._reward(job, now)
             before = [j for j, _, _ in self._order(admitted, now)]
@@ -126,11 +131,13 @@ class RRH(Policy):
                 plan.reject(job.job_id, f"RRH: reward {reward:.4g} - delay cost {delay:.4g} <= threshold {self.threshold:g}")
         live = [j for j in snap.running + snap.pending if j.job_id in self.admitted]
         sized = [(j, j.spec.num_workers, j.spec.num_ps) for j, _, _ in self._order(live, now)]
-        allocations, _ = place_by_priority(snap, sized, self.placement, shrink=False)
+        allocations = realise(snap, sized, self.placement, preempt="minimal", shrink=False)
         plan.allocations = allocations
         return plan
 
 
-def rrh(threshold: float = 0.0, placement: str = "least-loaded") -> RRH:
-    """RRH with admission threshold `threshold` (utility units) and task-by-task placement."""
-    return RRH(threshold, placement)
+def rrh(threshold: float = 0.0, placement: str = "least-loaded", oracle: bool = False) -> Policy:
+    """RRH with admission threshold `threshold` (utility units) and task-by-task placement;
+    `oracle=True` uses the true work of jobs that declare none (reported as an oracle)."""
+    pol = RRH(threshold, placement)
+    return Oracle(pol) if oracle else pol

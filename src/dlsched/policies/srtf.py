@@ -1,10 +1,10 @@
 """SRTF: shortest remaining time first, preemptive, with the true remaining work (an oracle).
 
 No real scheduler knows how long a job will run; SRTF is the yardstick that does (DL2 and the
-Tiresias simulator both use it), so it is declared `oracle = True` and reported as such.
+Tiresias simulator both use it), so it is wrapped as an `Oracle` and reported as such.
 
 - Rigid (default): every job runs at its requested size. Jobs are ranked by true remaining time
-  at that size (`ShortestRemainingTime`); `place_by_priority` then keeps running jobs where they
+  at that size (`ShortestRemainingTime`); the realiser ("minimal") then keeps running jobs where they
   are, starts pending ones in what is free, and preempts lower-ranked running jobs (lowest first)
   only when that lets a higher-ranked job start. Ties favour the running job, and a pending job
   that ran before is charged its restart, so nothing is preempted for a job that is not shorter.
@@ -19,48 +19,24 @@ change at an arrival or a completion: SRTF is asked on events and needs no timer
 from __future__ import annotations
 
 from dlsched.core.errors import ConfigError
-from dlsched.core.plan import Plan
-from dlsched.core.policy import PhasedPolicy, Placement, Policy
-from dlsched.core.snapshot import Snapshot
-from dlsched.policies.phases.admission import AdmitAll
+from dlsched.core.policy import Oracle, Policy
+from dlsched.policies.phased import PhasedPolicy
 from dlsched.policies.phases.ordering import ShortestRemainingTime
-from dlsched.policies.phases.placement import PLACEMENTS, place_by_priority
+from dlsched.policies.phases.placement import PLACEMENTS
 from dlsched.policies.phases.sizing import MaxSize, Requested
-
-
-class SRTF(Policy):
-    """Rigid preemptive SRTF (see the module docstring)."""
-
-    name = "srtf"
-    on_events = True
-    interval = None
-    oracle = True
-
-    def __init__(self, placement: Placement):
-        self.placement = placement
-        self.ordering = ShortestRemainingTime()
-        self.sizing = Requested()
-
-    def schedule(self, snap: Snapshot) -> Plan:
-        ordered = self.ordering.order(snap, snap.running + snap.pending)
-        allocations, _ = place_by_priority(snap, self.sizing.size(snap, ordered), self.placement)
-        return Plan(allocations=allocations)
 
 
 def srtf(elastic: bool = False, placement: str = "pack") -> Policy:
     """SRTF; `elastic` gives each job up to its maximum workers (DL2), `placement` names a placement."""
     if placement not in PLACEMENTS:
         raise ConfigError(f"unknown placement {placement!r}; known: {', '.join(PLACEMENTS)}")
-    if not elastic:
-        return SRTF(PLACEMENTS[placement])
-    return PhasedPolicy(
-        admission=AdmitAll(),
+    return Oracle(PhasedPolicy(
+        admission=None,
         ordering=ShortestRemainingTime(),
-        sizing=MaxSize(),
+        sizing=MaxSize() if elastic else Requested(),
         placement=PLACEMENTS[placement],
         name="srtf",
-        preemptive=True,
-        backfill=False,
-        shrink=True,
-        oracle=True,
-    )
+        preempt="replan" if elastic else "minimal",
+        backfill=not elastic,
+        shrink=elastic,
+    ))

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
+from dlsched.config import read_yaml_model
 from dlsched.core.cluster import Cluster, Network
 from dlsched.core.errors import ConfigError
 from dlsched.presets.schema import PresetSpec
-from dlsched.run_config import read_yaml_model
 
 PRESET_DIR = Path(__file__).resolve().parent
 

@@ -36,6 +36,9 @@ from dlsched.core.job import Architecture, JobSpec
 from dlsched.core.plan import Plan
 from dlsched.core.snapshot import JobState, Snapshot
 from dlsched.estimators.progress_predictor import RemainingWork
+from dlsched.framework.packing import eligible
+from dlsched.framework.scoring import best_node, least_loaded
+from dlsched.framework.scoring import dominant_share
 
 ROWS = 6
 NUM_TYPES = 8
@@ -72,22 +75,15 @@ class SlotBuilder:
         self._totals: dict[str, list[int]] = {j.job_id: [0, 0] for j in self.jobs}  # workers, PSs
         self._window: list[JobState] | None = None
         self._fit_cache: dict[tuple, bool] = {}  # (task demands, gpu type) -> fits now
-        self.load = (snap.cluster.capacity - self.free).sum(axis=1)  # DL2's least-loaded key
-        cap = self.capacity_total
-        self._unit_share = {  # a worker's and a PS's share of the cluster, per resource
-            j.job_id: (tuple(np.asarray(j.spec.worker_demand) / cap), tuple(np.asarray(j.spec.ps_demand) / cap))
-            for j in self.jobs
-        }
         self.remaining = remaining
         self._remaining_fraction = {j.job_id: self._remaining_of(j) for j in self.jobs}
         self._assign_minimum_gangs()
 
     # ------------------------------------------------------------------ bookkeeping
     def _remaining_of(self, job: JobState) -> float:
-        spec = job.spec
         done = job.progress
-        if spec.work_known:
-            return max(0.0, 1.0 - done / spec.iterations)
+        if job.declared_work is not None:
+            return max(0.0, 1.0 - done / job.declared_work)
         if self.remaining is None:
             return 1.0 if done <= 0 else 0.5
         est = self.remaining.estimate(job)
@@ -107,16 +103,10 @@ class SlotBuilder:
 
     def share(self, job: JobState) -> float:
         w, p = self._totals[job.job_id]
-        ws, ps = self._unit_share[job.job_id]
-        return max(w * a + p * b for a, b in zip(ws, ps))
+        return float(dominant_share(job.spec.demand(w, p), self.capacity_total))
 
     def _node_for(self, spec: JobSpec, demand: np.ndarray) -> int:
-        ok = (self.free + _EPS >= demand).all(axis=1)
-        if spec.gpu_type:
-            ok &= self.cluster.type_mask(spec.gpu_type)
-        if not ok.any():
-            return -1
-        return int(np.argmin(np.where(ok, self.load, np.inf)))
+        return best_node(self.free, self.cluster.capacity, demand, least_loaded, eligible(self.cluster, spec))
 
     def _add(self, job: JobState, role: int) -> int:
         """Place one task on the least-loaded node that fits; returns the node, or -1."""
@@ -125,7 +115,6 @@ class SlotBuilder:
         node = self._node_for(spec, demand)
         if node >= 0:
             self.free[node] -= demand
-            self.load[node] += demand.sum()
             self.counts[job.job_id].setdefault(node, [0, 0])[role] += 1
             self._totals[job.job_id][role] += 1
             self._changed()
@@ -135,7 +124,6 @@ class SlotBuilder:
         spec = job.spec
         demand = np.asarray(spec.worker_demand if role == WORKER else spec.ps_demand, dtype=float)
         self.free[node] += demand
-        self.load[node] -= demand.sum()
         self.counts[job.job_id][node][role] -= 1
         self._totals[job.job_id][role] -= 1
         self._changed()

@@ -4,6 +4,10 @@ validated on held-out workloads, checkpointed so an interrupted run resumes wher
 Workloads are DL2's Alibaba-pattern generator (`traces.dl2.dl2_workload`). Training, validation
 and the evaluation test set use disjoint seed ranges (`DL2TrainConfig.*_seeds`), so no evaluation
 workload is ever seen in training.
+
+The policies it runs come from its caller (`cli_train.py`): the teacher whose decisions the
+warm-up imitates, and the DL2 policy that wraps a network for validation. So `rl/` is a library
+under the policies and never imports `dlsched.policies`.
 """
 
 from __future__ import annotations
@@ -17,17 +21,22 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from dlsched.core.errors import ConfigError
-from dlsched.policies.dl2 import DL2Policy, load_model, save_model
-from dlsched.policies.registry import make_policy
+from dlsched.core.policy import Policy
 from dlsched.presets import load_cluster
 from dlsched.rl.actor_critic import RLConfig, RLHistory, train_rl
 from dlsched.rl.dl2_network import DL2Net
 from dlsched.rl.env import SchedulingEnv
+from dlsched.rl.model_io import save_model
 from dlsched.rl.warmup import collect, train_supervised
 from dlsched.sim.config import SimConfig
 from dlsched.sim.engine import simulate
 from dlsched.throughput.registry import default_throughput
 from dlsched.traces.dl2 import dl2_workload
+
+Teacher = Callable[[], Policy]
+"""A fresh teacher policy, called once per recorded workload (policies keep state)."""
+Student = Callable[[DL2Net, float], Policy]
+"""The DL2 policy around a network, given its slot length in seconds: what validation simulates."""
 
 
 class DL2TrainConfig(BaseModel):
@@ -71,34 +80,37 @@ class DL2TrainConfig(BaseModel):
         return list(range(lo, lo + n))
 
 
-def make_env(cfg: DL2TrainConfig) -> SchedulingEnv:
-    return SchedulingEnv(cfg.workload, load_cluster(cfg.cluster), default_throughput(), window=cfg.window,
+def make_env(cfg: DL2TrainConfig, traces: Path | None) -> SchedulingEnv:
+    """The training environment; `traces`: the traces root of the measured DL2 speeds (None: analytic)."""
+    return SchedulingEnv(cfg.workload, load_cluster(cfg.cluster), default_throughput(traces), window=cfg.window,
                          slot_seconds=cfg.slot_seconds, config=SimConfig(restart_overhead=cfg.restart_overhead))
 
 
-def validator(cfg: DL2TrainConfig) -> Callable[[DL2Net], float]:
-    cluster, tp = load_cluster(cfg.cluster), default_throughput()
+def validator(cfg: DL2TrainConfig, student: Student, traces: Path | None) -> Callable[[DL2Net], float]:
+    cluster, tp = load_cluster(cfg.cluster), default_throughput(traces)
     sim_cfg = SimConfig(restart_overhead=cfg.restart_overhead)
     workloads = [cfg.workload(s) for s in cfg.seeds("validation", cfg.validation_traces)]
 
     def validate(net: DL2Net) -> float:
-        jcts = [simulate(w, cluster, DL2Policy(net, cfg.slot_seconds), tp, sim_cfg).summary["mean_jct"] for w in workloads]
+        jcts = [simulate(w, cluster, student(net, cfg.slot_seconds), tp, sim_cfg).summary["mean_jct"] for w in workloads]
         return float(np.mean(jcts))
 
     return validate
 
 
-def train_dl2(cfg: DL2TrainConfig, out: Path, resume: bool = False,
-              progress: Callable[[str, int, int, str], None] | None = None) -> dict:
+def train_dl2(cfg: DL2TrainConfig, out: Path, teacher: Teacher, student: Student, *, traces: Path | None,
+              resume: bool = False, progress: Callable[[str, int, int, str], None] | None = None) -> dict:
     """Run (or resume) the whole pipeline; writes model.pt (the best validated network),
-    warmup_model.pt (after the warm-up, before RL), checkpoint.pt and validation.csv in `out`."""
+    warmup_model.pt (after the warm-up, before RL), checkpoint.pt and validation.csv in `out`.
+    `teacher` builds the policy named by `cfg.teacher`; `student` wraps a network as the DL2 policy;
+    `traces` is the traces root of the throughput model (`dlsched.paths.traces_dir`)."""
     out.mkdir(parents=True, exist_ok=True)
     ckpt_path = out / "checkpoint.pt"
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(1)  # tiny networks: threads cost more than they give
     say = progress or (lambda phase, done, total, note: None)
     started = time.monotonic()
-    env = make_env(cfg)
+    env = make_env(cfg, traces)
     net = DL2Net(cfg.window)
     state = {"phase": "warmup", "episode": 0, "history": [], "seconds": 0.0, "warmup_loss": []}
     if resume and ckpt_path.exists():
@@ -124,7 +136,6 @@ def train_dl2(cfg: DL2TrainConfig, out: Path, resume: bool = False,
                 done["n"] += 1
                 say("warm-up: recording " + cfg.teacher, done["n"], len(seeds), "")
 
-            teacher = lambda: make_policy(cfg.teacher)  # noqa: E731
             data = collect(env, teacher, seeds, on_trace)
             losses = train_supervised(
                 net, data, cfg.warmup_epochs, cfg.warmup_lr, cfg.batch, cfg.seed,
@@ -154,11 +165,11 @@ def train_dl2(cfg: DL2TrainConfig, out: Path, resume: bool = False,
             say("RL: actor-critic", ep, cfg.rl_episodes, note)
 
         history = train_rl(net, env, cfg.seeds("train", min(cfg.rl_episodes, cfg.train_seeds[1] - cfg.train_seeds[0])),
-                           validator(cfg), rl_cfg, on_episode, history, state["episode"], checkpoint)
+                           validator(cfg, student, traces), rl_cfg, on_episode, history, state["episode"], checkpoint)
         if history.best_state is not None:
             net.load_state_dict(history.best_state)
     if not history.rows:  # no RL: still say how the warmed-up network does on validation
-        jct = validator(cfg)(net)
+        jct = validator(cfg, student, traces)(net)
         history.rows.append({"episode": 0, "train_jct_s": float("nan"), "validation_jct_s": jct})
         history.best_jct = jct
     state["phase"] = "done"

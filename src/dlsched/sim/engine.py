@@ -1,9 +1,15 @@
-"""The event-driven simulator.
+"""The simulator: a thin driver of the one scheduling core on a virtual clock.
 
-Between events every running job advances at a constant rate, so completion times are computed,
-not ticked; a reallocation bumps the job's version, which invalidates its old completion event.
-Arrivals are read from a sorted list with a cursor; everything else goes through one heap.
-The policy is asked once per distinct event time (all events at that time first).
+next event → `ClusterState` → snapshot → policy → diff → apply the Actions with the throughput
+model. Between events every running job advances at a constant rate, so completion times are
+computed, not ticked; a reallocation bumps the job's version, which invalidates its old completion
+event. Arrivals and node events are read from sorted lists with cursors; completions go through a
+heap. The policy is asked once per distinct event time (all events at that time first), on the
+triggers it declares (`framework.triggers`).
+
+Node events model a changing cluster: a node's speed factor changing (a straggler appears or
+goes away: every job on it runs at its slowest node's speed), a node failing (its jobs' runs fail
+and wait again) or joining.
 """
 
 from __future__ import annotations
@@ -11,25 +17,34 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Generator, Sequence
+from typing import Callable, Generator, Literal, Sequence
 
 import numpy as np
 
 from dlsched.core.allocation import Allocation
-from dlsched.core.cluster import GPU, Cluster
-from dlsched.core.errors import ConfigError, PlanError
+from dlsched.core.cluster import Cluster
+from dlsched.core.errors import ConfigError
 from dlsched.core.job import JobSpec
 from dlsched.core.plan import Plan
 from dlsched.core.policy import Policy
 from dlsched.core.snapshot import Clock, JobState, JobStatus, Snapshot
+from dlsched.framework.actions import Kind
+from dlsched.framework.state import ClusterState
+from dlsched.framework.triggers import Triggers
 from dlsched.sim.config import SimConfig
 from dlsched.sim.convergence import loss_curve
-from dlsched.sim.feasibility import never_fits
 from dlsched.sim.results import SimResult
-from dlsched.sim.validation import check_capacity, check_shape
 from dlsched.throughput.base import ThroughputModel
 
-_COMPLETE = 0
+
+@dataclass(frozen=True)
+class NodeEvent:
+    """At `time`, node `node` changes speed (`speed` = its new factor), fails, or joins."""
+
+    time: float
+    node: int
+    kind: Literal["speed", "fail", "join"]
+    speed: float | None = None
 
 
 @dataclass
@@ -48,12 +63,9 @@ class _Timeline:
             self.used_gpus[-1], self.busy_gpus[-1], self.held_gpus[-1] = used, busy, held
             self.queue[-1], self.running[-1] = queue, running
             return
-        self.t.append(t)
-        self.used_gpus.append(used)
-        self.busy_gpus.append(busy)
-        self.held_gpus.append(held)
-        self.queue.append(queue)
-        self.running.append(running)
+        for col, v in zip((self.t, self.used_gpus, self.busy_gpus, self.held_gpus, self.queue, self.running),
+                          (t, used, busy, held, queue, running)):
+            col.append(v)
 
 
 class Simulator:
@@ -73,10 +85,9 @@ class Simulator:
         self.config = config or SimConfig()
         self.on_progress = on_progress
 
-    # ------------------------------------------------------------------ run
-    def run(self, jobs: Sequence[JobSpec]) -> SimResult:
+    def run(self, jobs: Sequence[JobSpec], node_events: Sequence[NodeEvent] = ()) -> SimResult:
         """Run the whole workload, asking `self.policy` whenever a decision is due."""
-        steps = self.steps(jobs)
+        steps = self.steps(jobs, node_events)
         try:
             snap = next(steps)
             while True:
@@ -84,7 +95,8 @@ class Simulator:
         except StopIteration as done:
             return done.value
 
-    def steps(self, jobs: Sequence[JobSpec]) -> Generator[Snapshot, Plan, SimResult]:
+    def steps(self, jobs: Sequence[JobSpec], node_events: Sequence[NodeEvent] = ()
+              ) -> Generator[Snapshot, Plan, SimResult]:
         """The run as a generator: it yields each Snapshot on which a decision is due and expects
         the Plan back through `send`; it returns the SimResult.
 
@@ -92,7 +104,44 @@ class Simulator:
         environment stepping an RL agent one action at a time — drives it itself. `self.policy`
         still sets the triggers (`on_events`, `interval`) and is reset before the run.
         """
-        cfg = self.config
+        arrivals = self._setup(jobs, node_events)
+        state, trig, cfg, name = self.state, self.triggers, self.config, self.policy.name
+        n, idle_calls, end_reason, t = len(arrivals), 0, "", trig.t0
+        while self._cursor < n or state.pending or state.running:
+            t = min(arrivals[self._cursor].spec.submit_time if self._cursor < n else math.inf,
+                    self.heap[0][0] if self.heap else math.inf, self._next_node_event(), trig.next_time())
+            if t == math.inf:
+                break
+            if cfg.max_time is not None and t > cfg.max_time:
+                end_reason, t = f"the run stopped at max_time={cfg.max_time:g} s", cfg.max_time
+                break
+            self.clock.now = t
+            reasons = trig.due(t, self._events_at(t, arrivals))
+            started = False
+            if reasons and (state.pending or state.running):
+                self.policy_calls += 1
+                plan = yield state.snapshot(t, reasons, cfg.restart_overhead,
+                                            oracle=self.throughput if self.policy.oracle else None, rng=self.rng)
+                started = self._apply(plan, t, name)
+                trig.wake_at(plan.wake_at, t)
+                if self.on_progress is not None:
+                    self.on_progress(t, state.ended)
+            self._record(t)
+            if state.running or started:
+                idle_calls = 0
+            elif self._cursor < n:  # nothing runs: jump idle ticks to the next arrival
+                trig.skip_to(arrivals[self._cursor].spec.submit_time)
+            elif state.pending:  # nothing runs or will arrive: only a policy timer can help, a few times
+                idle_calls += 1
+                if (trig.wake == math.inf and not trig.interval) or idle_calls > 100:
+                    end_reason = ("nothing was running, no job was left to arrive, and the policy started "
+                                  "nothing more (jobs still waiting"
+                                  + (", some holding a partial placement: a gang deadlock)" if state.holding else ")"))
+                    break
+        return self._finish(t, end_reason, arrivals[self._cursor:])
+
+    # ------------------------------------------------------------------ setup and events
+    def _setup(self, jobs: Sequence[JobSpec], node_events: Sequence[NodeEvent]) -> list[JobState]:
         ids = [j.job_id for j in jobs]
         if len(set(ids)) != len(ids):
             dup = next(i for i in ids if ids.count(i) > 1)
@@ -102,315 +151,108 @@ class Simulator:
                 raise ConfigError(
                     f"job {spec.job_id!r}: throughput model {self.throughput.name!r} does not know model {spec.model!r}"
                 )
+        for ev in node_events:
+            if not 0 <= ev.node < self.cluster.num_nodes or ev.kind not in ("speed", "fail", "join") or (
+                    ev.kind == "speed" and not (ev.speed or 0) > 0):
+                raise ConfigError(f"bad node event {ev}: node 0..{self.cluster.num_nodes - 1}, "
+                                  "kind speed (with a speed > 0), fail or join")
+        cfg = self.config
         self.clock = Clock(0.0)
         self.states = [JobState(spec=s, index=i, clock=self.clock) for i, s in enumerate(jobs)]
-        self.by_id = {s.job_id: s for s in self.states}
-        self.order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_time, i))
-        for rank, i in enumerate(self.order):
+        order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_time, i))
+        for rank, i in enumerate(order):
             self.states[i].rank = rank
+        self.state = ClusterState(self.cluster, self.clock, cfg.startup_overhead, cfg.restart_overhead)
+        self.speed = self.cluster.speed.astype(float).copy()  # true speed factors, changed by node events
+        self.node_events = sorted(node_events, key=lambda e: e.time)
+        self._node_cursor = 0
+        self._cursor = 0
         self.rng = np.random.default_rng(cfg.seed)
-        self.used = np.zeros_like(self.cluster.capacity)
-        self.running: dict[str, JobState] = {}
-        self.pending: dict[str, JobState] = {}
-        self.heap: list[tuple[float, int, int, int, int]] = []
+        self.heap: list[tuple[float, int, int, int]] = []  # (completion time, seq, job index, version)
         self.seq = 0
         self.timeline = _Timeline()
-        self.busy_gpus = 0.0
-        self.held_gpus = 0.0
         self.policy_calls = 0
-        self.ended = 0  # jobs done or rejected so far (for progress bars)
         self.policy.reset(self.cluster, cfg.seed)
-        policy_name = getattr(self.policy, "name", type(self.policy).__name__)
+        t0 = jobs[order[0]].submit_time if jobs else 0.0
+        self.triggers = Triggers(self.policy.on_events, self.policy.interval, t0, self.policy.name)
+        return [self.states[i] for i in order]
 
-        interval = self.policy.interval
-        if interval is not None and interval <= 0:
-            raise ConfigError(f"policy {policy_name!r}: interval must be > 0")
-        cursor = 0
-        n = len(jobs)
-        t0 = jobs[self.order[0]].submit_time if n else 0.0
-        next_tick = t0 if interval else math.inf
-        wake = math.inf
-        idle_calls = 0
-        end_reason = ""
-        t = t0
-        while True:
-            if cursor >= n and not self.pending and not self.running:
-                break
-            t_arr = jobs[self.order[cursor]].submit_time if cursor < n else math.inf
-            t_evt = self.heap[0][0] if self.heap else math.inf
-            t = min(t_arr, t_evt, next_tick, wake)
-            if t == math.inf:
-                break
-            if cfg.max_time is not None and t > cfg.max_time:
-                end_reason = f"the run stopped at max_time={cfg.max_time:g} s"
-                t = cfg.max_time
-                break
-            self.clock.now = t
-            events: set[str] = set()
-            while cursor < n and jobs[self.order[cursor]].submit_time <= t:
-                self._arrive(self.states[self.order[cursor]], t)
-                cursor += 1
-                events.add("arrival")
-            while self.heap and self.heap[0][0] <= t:
-                _, _, kind, idx, version = heapq.heappop(self.heap)
-                js = self.states[idx]
-                if kind == _COMPLETE and version == js.version and js.status is JobStatus.RUNNING:
-                    self._complete(js, t)
-                    events.add("completion")
-            if next_tick <= t:
-                events.add("tick")
-                next_tick = t0 + (math.floor((t - t0) / interval) + 1) * interval
-                if next_tick <= t:  # (t - t0)/interval rounded just below a whole number
-                    next_tick += interval
-            if wake <= t:
-                events.add("wake")
-                wake = math.inf
-            ask = bool(events & {"tick", "wake"}) or (
-                self.policy.on_events and bool(events & {"arrival", "completion"})
-            )
-            started = False
-            if ask and (self.pending or self.running):
-                self.policy_calls += 1
-                plan = yield self._snapshot(t, tuple(sorted(events)))
-                if not isinstance(plan, Plan):
-                    raise PlanError(f"policy {policy_name!r} returned {type(plan).__name__}, not a Plan")
-                started = self._apply(plan, t, policy_name)
-                if plan.wake_at is not None and plan.wake_at > t:
-                    wake = plan.wake_at
-                if self.on_progress is not None:
-                    self.on_progress(t, self.ended)
-            self._record(t)
-            if self.running or started:
-                idle_calls = 0
-                continue
-            # Nothing runs. With arrivals still to come, jump idle ticks to the next arrival.
-            if cursor < n:
-                if interval:
-                    t_next = jobs[self.order[cursor]].submit_time
-                    next_tick = max(next_tick, t0 + math.ceil((t_next - t0) / interval) * interval)
-                continue
-            # Nothing runs and nothing will arrive: only a timer of the policy can change anything.
-            # Give it a bounded number of chances, then end instead of spinning forever.
-            if self.pending:
-                idle_calls += 1
-                if (wake == math.inf and not interval) or idle_calls > 100:
-                    end_reason = (
-                        "nothing was running, no job was left to arrive, and the policy started "
-                        "nothing more (jobs still waiting"
-                        + (", some holding a partial placement: a gang deadlock)" if self.held_gpus else ")")
-                    )
-                    break
-        never_arrived = [self.states[i] for i in self.order[cursor:]]
-        return self._finish(t, end_reason, never_arrived)
+    def _next_node_event(self) -> float:
+        return self.node_events[self._node_cursor].time if self._node_cursor < len(self.node_events) else math.inf
 
-    # ------------------------------------------------------------------ events
-    def _arrive(self, js: JobState, t: float) -> None:
-        js.last_update = t
-        reason = never_fits(js.spec, self.cluster)
-        if reason:
-            js.status = JobStatus.REJECTED
-            js.reason = reason
-            js.end_time = t
-            self.ended += 1
-            return
-        js.status = JobStatus.PENDING
-        js.loss_fn = loss_curve(js.job_id, js.spec.iterations, self.config.seed, self.config.loss_noise)
-        self.pending[js.job_id] = js
+    def _events_at(self, t: float, arrivals: list[JobState]) -> set[str]:
+        """Carry out everything that happens at `t`; return the kinds of what happened."""
+        happened: set[str] = set()
+        state = self.state
+        while self._cursor < len(arrivals) and arrivals[self._cursor].spec.submit_time <= t:
+            js = arrivals[self._cursor]
+            if not state.arrive(js, t):
+                js.loss_fn = loss_curve(js.job_id, js.spec.iterations, self.config.seed, self.config.loss_noise)
+            self._cursor += 1
+            happened.add("arrival")
+        while self.heap and self.heap[0][0] <= t:
+            _, _, idx, version = heapq.heappop(self.heap)
+            js = self.states[idx]
+            if version == js.version and js.status is JobStatus.RUNNING:
+                state.end(js, t, JobStatus.DONE)
+                happened.add("completion")
+        while self._next_node_event() <= t:
+            ev = self.node_events[self._node_cursor]
+            self._node_cursor += 1
+            happened.add(self._node_event(ev, t))
+        return happened
 
-    def _complete(self, js: JobState, t: float) -> None:
-        js.settle(t)
-        js._progress = js.spec.iterations
-        self._release(js)
-        js.status = JobStatus.DONE
-        js.end_time = t
-        self.ended += 1
-        js.last_stop = t
-        del self.running[js.job_id]
-
-    def _snapshot(self, t: float, events: tuple[str, ...]) -> Snapshot:
-        free = self.cluster.capacity - self.used
-        free.setflags(write=False)
-        snap = Snapshot(
-            now=t,
-            cluster=self.cluster,
-            free=free,
-            pending=list(self.pending.values()),
-            running=list(self.running.values()),
-            restart_overhead=self.config.restart_overhead,
-            oracle=self.throughput if self.policy.oracle else None,
-            rng=self.rng,
-            events=events,
-        )
-        return snap
+    def _node_event(self, ev: NodeEvent, t: float) -> str:
+        state = self.state
+        if ev.kind == "fail":
+            for js in state.fail_node(ev.node, t):
+                js.reason = f"its node {self.cluster.node_names[ev.node]} failed at t={t:.0f}"
+            return "failure"
+        if ev.kind == "join":
+            state.join_node(ev.node)
+            return "node"
+        self.speed[ev.node] = ev.speed
+        for js in state.on_node(ev.node):
+            if js.status is JobStatus.RUNNING:
+                js.settle(t)
+                self._run(js, js.allocation)
+        return "speed"
 
     # ------------------------------------------------------------------ applying a plan
-    def _usage(self, js: JobState, alloc: Allocation) -> tuple[list[int], np.ndarray]:
-        s = js.spec
-        return list(alloc.nodes), alloc.usage(np.asarray(s.worker_demand), np.asarray(s.ps_demand))
-
-    def _release(self, js: JobState) -> None:
-        if js.allocation is not None:
-            nodes, use = self._usage(js, js.allocation)
-            np.subtract.at(self.used, nodes, use)
-            self.busy_gpus -= js.alloc_gpus
-            js.allocation = None
-            js.alloc_gpus = 0.0
-            js.alloc_nodes = 0
-            js.rate = 0.0
-            js.version += 1
-        if js.held is not None:
-            nodes, use = self._usage(js, js.held)
-            np.subtract.at(self.used, nodes, use)
-            self.held_gpus -= js.held_gpus
-            js.held = None
-            js.held_gpus = 0.0
-
     def _apply(self, plan: Plan, t: float, policy: str) -> bool:
-        """Validate the whole plan, then apply it. Returns whether any job started or resized."""
-        starts: list[tuple[JobState, Allocation]] = []
-        running = self.running
-        for jid, alloc in plan.allocations.items():
-            js = running.get(jid)
-            if js is not None and js.allocation is alloc:  # unchanged: the common case
-                continue
-            js = self.by_id.get(jid)
-            if js is None:
-                raise PlanError(f"policy {policy!r} at t={t:.1f}: unknown job {jid!r}")
-            if js.status is JobStatus.RUNNING:
-                if js.allocation is alloc or js.allocation == alloc:
-                    continue
-            elif js.status is not JobStatus.PENDING:
-                raise PlanError(f"policy {policy!r} at t={t:.1f}: job {jid!r} is {js.status.value}, it cannot run")
-            check_shape(policy, t, js.spec, alloc, self.cluster)
-            starts.append((js, alloc))
-        stops = [js for jid, js in self.running.items() if jid not in plan.allocations]
-        held_changes: list[tuple[JobState, Allocation | None]] = []
-        for jid, alloc in plan.held.items():
-            js = self.by_id.get(jid)
-            if js is None or js.status is not JobStatus.PENDING or jid in plan.allocations:
-                raise PlanError(f"policy {policy!r} at t={t:.1f}: held job {jid!r} must be pending and not running")
-            if js.held != alloc:
-                check_shape(policy, t, js.spec, alloc, self.cluster, gang=False)
-                held_changes.append((js, alloc))
-        for js in self.pending.values():
-            if js.held is not None and js.job_id not in plan.held and js.job_id not in plan.allocations:
-                held_changes.append((js, None))
-        for jid in plan.rejected:
-            js = self.by_id.get(jid)
-            if js is None or js.status is not JobStatus.PENDING or jid in plan.allocations:
-                raise PlanError(f"policy {policy!r} at t={t:.1f}: only a waiting job can be rejected, not {jid!r}")
+        """Validate the whole plan, then carry it out. Returns whether any job started or resized."""
+        actions = self.state.diff(plan, t, policy)
+        started = False
+        for a in actions:
+            js = self.state.apply(a, t)
+            if a.kind in (Kind.START, Kind.RESIZE):
+                self._run(js, a.allocation)
+                started = True
+        return started
 
-        # capacity, on the nodes the plan touches
-        new_used = self.used.copy()
-        touched: list[int] = []
-        for js, alloc in starts:
-            for old in (js.allocation, js.held):
-                if old is not None:
-                    nodes, use = self._usage(js, old)
-                    np.subtract.at(new_used, nodes, use)
-            nodes, use = self._usage(js, alloc)
-            np.add.at(new_used, nodes, use)
-            touched += nodes
-        for js in stops:
-            nodes, use = self._usage(js, js.allocation)
-            np.subtract.at(new_used, nodes, use)
-        for js, alloc in held_changes:
-            if js.held is not None:
-                nodes, use = self._usage(js, js.held)
-                np.subtract.at(new_used, nodes, use)
-            if alloc is not None:
-                nodes, use = self._usage(js, alloc)
-                np.add.at(new_used, nodes, use)
-                touched += nodes
-        if touched:
-            check_capacity(policy, t, self.cluster, new_used, np.unique(touched), self._holders_after(plan))
-
-        # apply
-        for js in stops:
-            js.settle(t)
-            self._release(js)
-            js.status = JobStatus.PENDING
-            js.last_stop = t
-            js.preemptions += 1
-            del self.running[js.job_id]
-            self.pending[js.job_id] = js
-        for js, alloc in held_changes:
-            js.settle(t)
-            if js.held is not None:
-                nodes, use = self._usage(js, js.held)
-                np.subtract.at(self.used, nodes, use)
-                self.held_gpus -= js.held_gpus
-            js.held = alloc
-            js.held_gpus = 0.0
-            if alloc is not None:
-                nodes, use = self._usage(js, alloc)
-                np.add.at(self.used, nodes, use)
-                js.held_gpus = alloc.num_workers * js.spec.worker_demand[GPU]
-                self.held_gpus += js.held_gpus
-        for js, alloc in starts:
-            self._start(js, alloc, t)
-        for jid, reason in plan.rejected.items():
-            js = self.by_id[jid]
-            js.settle(t)
-            self._release(js)
-            js.status = JobStatus.REJECTED
-            js.reason = reason or "rejected by the policy"
-            js.end_time = t
-            self.ended += 1
-            del self.pending[jid]
-        return bool(starts)
-
-    def _holders_after(self, plan: Plan):
-        def holders(node: int) -> list[str]:
-            out = [jid for jid, a in plan.allocations.items() if node in a.nodes]
-            return out + [f"{jid} (held)" for jid, a in plan.held.items() if node in a.nodes]
-        return holders
-
-    def _start(self, js: JobState, alloc: Allocation, t: float) -> None:
-        js.settle(t)
-        was_running = js.status is JobStatus.RUNNING
-        self._release(js)
-        if not was_running:
-            del self.pending[js.job_id]
-            self.running[js.job_id] = js
-        js.status = JobStatus.RUNNING
-        js.allocation = alloc
-        js.alloc_gpus = alloc.num_workers * js.spec.worker_demand[GPU]
-        js.alloc_nodes = alloc.num_nodes
-        self.busy_gpus += js.alloc_gpus
-        nodes, use = self._usage(js, alloc)
-        np.add.at(self.used, nodes, use)
-        cfg = self.config
-        if js.first_start is None:
-            js.first_start = t
-            pause = cfg.startup_overhead
-        else:
-            js.restarts += 1
-            pause = cfg.restart_overhead
-        js.last_start = t
-        js.resume_at = t + pause
+    def _run(self, js: JobState, alloc: Allocation) -> None:
+        """Give a running job its true rate on `alloc` and schedule its completion."""
         rate = self.throughput.rate(js.spec, alloc, self.cluster)
         if rate > 0:
-            rate *= float(self.cluster.speed[list(alloc.nodes)].min())
+            rate *= float(self.speed[list(alloc.nodes)].min())  # a distributed job runs at its slowest node
         js.rate = rate
         js.observed_rates[(alloc.num_nodes, alloc.num_workers, alloc.num_ps)] = rate
         js.version += 1
         if rate > 0:
-            done_at = js.resume_at + (js.spec.iterations - js._progress) / rate
+            done_at = max(js.resume_at, js.last_update) + (js.spec.iterations - js.progress) / rate  # settled at now
             self.seq += 1
-            heapq.heappush(self.heap, (done_at, self.seq, _COMPLETE, js.index, js.version))
+            heapq.heappush(self.heap, (done_at, self.seq, js.index, js.version))
 
     def _record(self, t: float) -> None:
-        self.timeline.record(
-            t, self.busy_gpus + self.held_gpus, self.busy_gpus, self.held_gpus, len(self.pending), len(self.running)
-        )
+        s = self.state
+        self.timeline.record(t, s.busy_gpus + s.held_gpus, s.busy_gpus, s.held_gpus, len(s.pending), len(s.running))
 
     # ------------------------------------------------------------------ end
     def _finish(self, t: float, reason: str, never_arrived: list[JobState]) -> SimResult:
         self.clock.now = t
-        for js in list(self.running.values()) + list(self.pending.values()):
-            js.settle(t)
+        for js in list(self.state.running.values()) + list(self.state.pending.values()):
             was = js.status
+            js.settle(t)
             js.status = JobStatus.UNFINISHED
             js.reason = reason or "the run ended first"
             if was is JobStatus.PENDING and not reason:
@@ -429,6 +271,8 @@ class Simulator:
             end_time=t,
             policy_calls=self.policy_calls,
             config=self.config,
+            throughput=self.throughput,
+            oracle=bool(self.policy.oracle),
         )
 
 
@@ -439,6 +283,7 @@ def simulate(
     throughput: ThroughputModel,
     config: SimConfig | None = None,
     on_progress: Callable[[float, int], None] | None = None,
+    node_events: Sequence[NodeEvent] = (),
 ) -> SimResult:
     """Run `policy` over `jobs` on `cluster` and return the per-job table, timelines and summary."""
-    return Simulator(cluster, throughput, policy, config, on_progress).run(jobs)
+    return Simulator(cluster, throughput, policy, config, on_progress).run(jobs, node_events)

@@ -1,5 +1,9 @@
 """What a run produced: the per-job table, the timelines and the summary. Every number here
-comes from the run itself; nothing is filled in."""
+comes from the run itself; nothing is filled in.
+
+The per-job table says which throughput model served each job (`throughput_model`, e.g.
+"gavel-matrix" or the analytic "ring-allreduce" fallback), because that depends on which measured
+tables the traces root held, and a result is not comparable without it."""
 
 from __future__ import annotations
 
@@ -14,11 +18,12 @@ from dlsched.core.snapshot import JobState, JobStatus
 
 if TYPE_CHECKING:
     from dlsched.sim.config import SimConfig
+    from dlsched.throughput.base import ThroughputModel
 
 JOB_COLUMNS = [
     "job_id", "status", "reason", "submit", "start", "end", "jct", "queueing_delay", "deadline",
     "deadline_met", "utility", "restarts", "preemptions", "gpus_requested", "gpu_seconds",
-    "held_gpu_seconds", "iterations", "progress", "mean_nodes",
+    "held_gpu_seconds", "iterations", "progress", "mean_nodes", "model", "throughput_model",
 ]
 
 
@@ -40,7 +45,13 @@ class SimResult:
         end_time: float,
         policy_calls: int,
         config: "SimConfig",
+        *,
+        throughput: "ThroughputModel | None" = None,
+        oracle: bool = False,
     ) -> "SimResult":
+        """`throughput`: the run's model, asked which model served each job (the
+        `throughput_model` column; None there when not given). `oracle`: the policy saw ground truth
+        (the summary says so, and every table marks it)."""
         rows = []
         for js in states:
             s = js.spec
@@ -59,6 +70,7 @@ class SimResult:
                 js.restarts, js.preemptions, s.gpus_requested, js.gpu_seconds,
                 js.held_gpu_seconds, s.iterations, js.progress,
                 js.node_seconds / js.run_time if js.run_time > 0 else np.nan,
+                s.model, throughput.served_by(s) if throughput is not None else None,
             ))
         jobs = pd.DataFrame.from_records(rows, columns=JOB_COLUMNS)
         tl = pd.DataFrame({
@@ -66,7 +78,8 @@ class SimResult:
             "held_gpus": timeline.held_gpus, "queue": timeline.queue, "running": timeline.running,
         })
         summary = summarize(jobs, tl, cluster, end_time)
-        summary.update(policy=policy, cluster=cluster.name, policy_calls=policy_calls, seed=config.seed)
+        summary.update(policy=policy, cluster=cluster.name, policy_calls=policy_calls, seed=config.seed,
+                       oracle=oracle)
         return cls(policy=policy, cluster=cluster.name, jobs=jobs, timeline=tl, summary=summary)
 
 

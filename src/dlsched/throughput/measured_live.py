@@ -18,7 +18,7 @@ from pathlib import Path
 from dlsched.core.allocation import Allocation
 from dlsched.core.cluster import Cluster
 from dlsched.core.job import JobSpec
-from dlsched.live.progress_log import PROGRESS
+from dlsched.trainer.protocol import PROGRESS
 from dlsched.throughput.base import ThroughputModel
 
 Key = tuple[str, int, int]  # (model, workers, ps)

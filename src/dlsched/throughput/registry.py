@@ -4,6 +4,10 @@ Why this order: a job whose model a measured table knows should get the measured
 models cover what no table measured (any "ring:"/"ps:" job described by spec.extra); a duration-only
 trace job ends at exactly its trace duration. Tables whose data is absent (no shared traces folder)
 are simply left out, so the router works on any machine.
+
+The traces root is an argument, never looked up here: the caller resolves it once
+(`dlsched.paths.traces_dir`, from --traces or $DLSCHED_TRACES), so which model serves a job does
+not depend on the working directory. `Router.served_by` reports the choice per job.
 """
 
 from __future__ import annotations
@@ -11,7 +15,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from dlsched.core.errors import ConfigError
-from dlsched.paths import traces_dir
 from dlsched.throughput import trace_files
 from dlsched.throughput.base import Router, ThroughputModel
 from dlsched.throughput.dl2_constants import load_dl2_constants
@@ -35,16 +38,17 @@ DL2_MODES = ("measured", "analytic")
 
 
 def default_throughput(
-    traces: Path | None = None, *, duration_alpha: float = 0.85, dl2: str = "measured"
+    traces: Path | None, *, duration_alpha: float = 0.85, dl2: str = "measured"
 ) -> Router:
-    """Router over every model whose data is available.
+    """Router over every model whose data is available under the traces root `traces` (None: no
+    measured tables, analytic models only).
 
     `dl2="measured"`: "dl2:*" jobs use DL2's measured speed records (unsupported without them);
     `dl2="analytic"`: they use DL2's analytic PS model with its per-model constants.
     """
     if dl2 not in DL2_MODES:
         raise ConfigError(f"throughput dl2 must be one of {', '.join(DL2_MODES)}, got {dl2!r}")
-    root = traces if traces is not None else traces_dir()
+    root = Path(traces) if traces is not None else None
     models: list[ThroughputModel] = []
     if root is not None:
         if (p := trace_files.find(trace_files.GAVEL_THROUGHPUTS, root)) is not None:

@@ -99,5 +99,5 @@ def dragon_workload(
         source=f"dlsched DRAGON-like generator (seed {seed}, {mean_interarrival_s:g} s mean inter-arrival) on {path}",
         cluster="dragon",
         attribution=ATTRIBUTION,
-        notes=["run with the analytic PS throughput model: default_throughput(dl2='analytic')"],
+        notes=["run with the analytic PS throughput model: default_throughput(root, dl2='analytic')"],
     )

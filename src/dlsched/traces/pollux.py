@@ -54,11 +54,13 @@ class AppProfile:
         return float(np.interp(batch_size, bs, np.asarray(self.final_iterations)))
 
 
-def profiles_dir(workload: Path) -> Path | None:
+def profiles_dir(workload: Path, traces: Path | None = None) -> Path | None:
+    """The profiles beside the workload folder, else in the traces root (`traces`, or the default
+    root of `dlsched.paths.traces_dir` when None)."""
     beside = workload.resolve().parent.parent / "traces"
     if beside.is_dir():
         return beside
-    root = traces_dir()
+    root = traces if traces is not None else traces_dir()
     if root is not None and (root / "pollux-profiles" / "traces").is_dir():
         return root / "pollux-profiles" / "traces"
     return None
@@ -88,7 +90,7 @@ def load_profile(app_dir: Path) -> AppProfile | None:
     return AppProfile(bss, final, epochs, max(cap, 1))
 
 
-def read(path: Path, log: ProblemLog, *, elastic: bool = False, seed: int = 0) -> Parsed:
+def read(path: Path, log: ProblemLog, *, elastic: bool = False, seed: int = 0, traces: Path | None = None) -> Parsed:
     folder = path.resolve().parent.name
     meta = dict(name=f"pollux-{folder}-{path.stem}", cluster="pollux", attribution=ATTRIBUTION)
     df = read_csv(path, log, required=["name", "time", "application", "num_replicas", "batch_size"], text_columns=["name", "application"])
@@ -101,7 +103,7 @@ def read(path: Path, log: ProblemLog, *, elastic: bool = False, seed: int = 0) -
     app = checks.texts(df, "application", log)
     reps = checks.numbers(df, "num_replicas", log, min_value=1, integer=True)
     bs = checks.numbers(df, "batch_size", log, min_value=1, integer=True)
-    pdir = profiles_dir(path)
+    pdir = profiles_dir(path, traces)
     if pdir is None:
         log.add(1, "application", "no Pollux profiles found (expected ../traces/<application>/validation-*.csv beside the workload folder, or $DLSCHED_TRACES/pollux-profiles)")
         return Parsed(None, **meta)

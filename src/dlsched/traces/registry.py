@@ -103,9 +103,11 @@ def _format(path: str | Path, fmt: str | None) -> str:
     return key
 
 
-def _parse(path: Path, fmt: str, *, elastic: bool, seed: int) -> tuple[Parsed, ProblemLog]:
+def _parse(path: Path, fmt: str, *, elastic: bool, seed: int, traces: Path | None = None) -> tuple[Parsed, ProblemLog]:
     log = ProblemLog(str(path))
-    parsed = _READERS[fmt](path, log, elastic=elastic, seed=seed)
+    # only Pollux's reader needs data beyond its file (the profiles, possibly in the traces root)
+    extra = {"traces": traces} if fmt == "pollux" and traces is not None else {}
+    parsed = _READERS[fmt](path, log, elastic=elastic, seed=seed, **extra)
     if parsed.frame is not None:
         parsed.frame = finalize(parsed.frame, log)
         if len(parsed.frame) == 0 and not log:
@@ -114,27 +116,30 @@ def _parse(path: Path, fmt: str, *, elastic: bool, seed: int) -> tuple[Parsed, P
     return parsed, log
 
 
-def _generate(path: str | Path, fmt: str, *, limit: int | None, elastic: bool, seed: int) -> Workload:
+def _generate(path: str | Path, fmt: str, *, limit: int | None, elastic: bool, seed: int,
+              traces: Path | None = None) -> Workload:
     if fmt == "dl2-ali":
-        where = None if str(path) == "dl2-ali" else path
+        where = path if str(path) != "dl2-ali" else (Path(traces) / "dl2" if traces is not None else None)
         return dl2_workload(num_jobs=limit or 60, seed=seed, constants=where)
     return synthetic_workload(num_jobs=limit or 200, seed=seed, elastic=elastic)
 
 
 def load_trace(
-    path: str | Path, fmt: str | None = None, *, limit: int | None = None, elastic: bool = False, seed: int = 0
+    path: str | Path, fmt: str | None = None, *, limit: int | None = None, elastic: bool = False, seed: int = 0,
+    traces: Path | None = None,
 ) -> Workload:
     """Load a trace as a Workload (jobs in submit order; `limit` keeps the first ones).
 
     `elastic` gives jobs a worker range (see each adapter); `seed` drives the generator formats
     (dl2-ali, synthetic; file formats are deterministic). Raises TraceError whose `.problems`
-    lists every bad row as `file:row: column: problem`.
+    lists every bad row as `file:row: column: problem`. `traces`: the traces root for data a
+    format reads beyond its file (DL2's constants, Pollux's profiles); None: the default root.
     """
     fmt = _format(path, fmt)
     if fmt in GENERATORS:
-        return _generate(path, fmt, limit=limit, elastic=elastic, seed=seed)
+        return _generate(path, fmt, limit=limit, elastic=elastic, seed=seed, traces=traces)
     p = Path(path)
-    parsed, log = _parse(p, fmt, elastic=elastic, seed=seed)
+    parsed, log = _parse(p, fmt, elastic=elastic, seed=seed, traces=traces)
     log.raise_if_any(f"cannot load {fmt} trace")
     frame = sort_and_limit(parsed.frame, limit)
     jobs = build_jobs(frame, log)

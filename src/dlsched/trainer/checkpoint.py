@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from dlsched.live.progress_log import CHECKPOINT, DONE
+from dlsched.trainer.protocol import CHECKPOINT, DONE
 
 FORMAT = 1
 

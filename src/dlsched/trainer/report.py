@@ -1,4 +1,4 @@
-"""The reporting rank's side of `progress.jsonl` (format: `dlsched.live.progress_log`)."""
+"""The reporting rank's side of `progress.jsonl` (format: `dlsched.trainer.protocol`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from dlsched.live.progress_log import PROGRESS
+from dlsched.trainer.protocol import PROGRESS
 
 
 class Reporter:

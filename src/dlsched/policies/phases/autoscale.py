@@ -22,23 +22,35 @@ Our choices where the prototype is silent or specific to its testbed:
   the smallest size the speed model predicts meets the deadline with one restart to spare; with
   no speed measured for its type yet, at its default (the prototype's 1 PS + 1 worker). A job
   with a requested size starts at that size and may only grow.
-- Vertical PS scaling: `ps_for_workers` (the job's `extra["ps_steps"]` table).
+- Vertical PS scaling: `ps_for` (the job's `extra["ps_steps"]` table).
 
-The phase never returns more than `max_workers`; what fits the cluster is the placement's job
-(`dlsched.policies.qos.realise` shrinks a resize to the largest size that fits).
+The phase never returns more than `max_workers`; what fits the cluster is the realiser's job
+(with `ps_steps_shrink` it shrinks a resize to the largest size that fits). The phase owns the
+estimators it shares with admission and ordering: it feeds them (`observe`), clears them
+(`reset`) and asks to be woken when the next running job reaches its prediction point (`wake_at`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from dlsched.core.errors import ConfigError
+from dlsched.core.job import JobSpec
 from dlsched.core.snapshot import JobState, JobStatus, Snapshot
-from dlsched.estimators.completion_predictor import Prediction
-from dlsched.policies.phases.deadline import EarliestFinish, ps_for_workers
+from dlsched.estimators.completion_predictor import CompletionPredictor, Prediction
+from dlsched.policies.phases.deadline import EarliestFinish
+from dlsched.policies.phases.sizing import ps_for
 
 INITIAL = ("predict", "default")
+
+
+def ps_steps_shrink(spec: JobSpec, workers: int, ps: int) -> Iterator[tuple[int, int]]:
+    """The realiser's shrink rule here: one worker fewer at a time, PSs by the job's vertical
+    scaling table (`ps_for`)."""
+    for w in range(workers - 1, spec.min_workers - 1, -1):
+        yield w, ps_for(spec, w)
 
 
 @dataclass(frozen=True)
@@ -70,13 +82,35 @@ class Autoscaler:
         if self.initial not in INITIAL:
             raise ConfigError(f"autoscaler: initial must be one of {', '.join(INITIAL)}, got {self.initial!r}")
 
+    def observe(self, snap: Snapshot) -> None:
+        self.finish.observe(snap)
+
+    def reset(self) -> None:
+        pred = self.finish.predictor
+        self.finish.predictor = CompletionPredictor(pred.default_min_steps, pred.theta)
+        self.finish.speeds = type(self.finish.speeds)()
+        self.predictions.clear()
+        self.last_reason.clear()
+
+    def wake_at(self, snap: Snapshot) -> float | None:
+        """When the next running job reaches its prediction point, so the autoscaler acts then
+        and not up to a whole interval later (a live controller would watch the step counter)."""
+        pred = self.finish.predictor
+        times = []
+        for j in snap.running:
+            if j.rate > 0 and not pred.ready(j, snap.now):
+                steps = float(j.spec.extra.get("min_predict_steps", pred.default_min_steps))
+                times.append(j.resume_at + steps / j.rate + 1e-6)
+        later = [t for t in times if t > snap.now]
+        return min(later) if later else None
+
     def size(self, snap: Snapshot, jobs: list[JobState]) -> list[tuple[JobState, int, int]]:
         out = []
         for job in jobs:
             running = job.status is JobStatus.RUNNING
             w = self.grow(snap, job) if running else self.start_size(snap, job)
             w = max(job.spec.min_workers, min(w, job.spec.max_workers))
-            ps = job.num_ps if running and w == job.num_workers else ps_for_workers(job.spec, w)
+            ps = job.num_ps if running and w == job.num_workers else ps_for(job.spec, w)
             out.append((job, w, ps))
         return out
 

@@ -22,27 +22,15 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from dlsched.core.errors import ConfigError
-from dlsched.core.job import JobSpec
 from dlsched.core.snapshot import JobState, JobStatus, Snapshot
 from dlsched.estimators.completion_predictor import CompletionPredictor
 from dlsched.estimators.speed_model import SpeedPool
+from dlsched.policies.phases.sizing import ps_for
 
 MODES = ("reject", "deprioritise")
 #: Remaining-work sources about the job itself, the only ones a rejection may rest on.
 JUDGED = ("known", "oracle", "fit")
 
-
-def ps_for_workers(spec: JobSpec, workers: int) -> int:
-    """PS pods for `workers` workers: the job's vertical-scaling table `extra["ps_steps"]`
-    ([[up to w workers, PS pods], ...], the prototype's PS-CPU steps), else its requested PS count,
-    always within its PS range."""
-    if spec.max_ps == 0:
-        return 0
-    steps = spec.extra.get("ps_steps")
-    ps = spec.num_ps
-    if steps:
-        ps = next((int(p) for lim, p in steps if workers <= lim), int(steps[-1][1]))
-    return min(spec.max_ps, max(spec.min_ps, ps))
 
 
 def candidate_sizes(lo: int, hi: int) -> list[int]:
@@ -77,7 +65,7 @@ class EarliestFinish:
     def speed(self, job: JobState, workers: int) -> float | None:
         if workers == job.num_workers and job.status is JobStatus.RUNNING and job.rate > 0:
             return job.rate  # measured beats modelled
-        return self.speeds.model(job.spec).predict(ps_for_workers(job.spec, workers), workers)
+        return self.speeds.model(job.spec).predict(ps_for(job.spec, workers), workers)
 
     def pause(self, snap: Snapshot, job: JobState, workers: int) -> float:
         """Seconds before the job steps again at `workers`: a restart unless it already runs so,

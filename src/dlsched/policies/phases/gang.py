@@ -24,7 +24,8 @@ from dlsched.core.allocation import Allocation
 from dlsched.core.cluster import Cluster
 from dlsched.core.job import JobSpec
 from dlsched.core.policy import Placement
-from dlsched.policies.phases.placement import fit_count
+from dlsched.framework.scoring import Score, TaskByTask, least_allocated
+from dlsched.policies.phases.sizing import ps_for
 
 
 
@@ -39,9 +40,8 @@ class Gang:
     def place(
         self, cluster: Cluster, free: np.ndarray, spec: JobSpec, workers: int, ps: int
     ) -> Allocation | None:
-        ps = max(ps, spec.min_ps)
         for w in range(max(workers, spec.min_workers), spec.min_workers - 1, -1):
-            alloc = self.placement.place(cluster, free, spec, w, ps)
+            alloc = self.placement.place(cluster, free, spec, w, ps_for(spec, w, ps))
             if alloc is not None:
                 return alloc
         return None
@@ -55,41 +55,21 @@ def bind_pods(
     workers: int,
     ps: int,
     local_first: bool = True,
+    score: Score = least_allocated,
 ) -> tuple[Allocation | None, bool]:
     """Bind the job's missing tasks one at a time (PSs before workers) where they fit.
 
-    Returns (everything bound so far, complete?). `free` must already exclude `bound` (the engine
-    counts held tasks as used). A task goes to a node the job already uses when `local_first`
-    (a locality-aware binder), else to the node with the most free CPU and memory, as
-    kube-scheduler's LeastAllocated score would.
+    Returns (everything bound so far, complete?); `free` is not changed and must already exclude
+    `bound` (the engine counts held tasks as used). A task goes to a node the job already uses
+    when `local_first` (a locality-aware binder), else to the best node for `score`
+    (kube-scheduler's LeastAllocated by default). The binding itself is `TaskByTask.bind`, the
+    same one kube-default binds its pods with.
     """
     have = bound.as_dict() if bound is not None else {}
-    have_w = sum(w for w, _ in have.values())
-    have_p = sum(p for _, p in have.values())
-    room = free.copy()
-    mask = cluster.type_mask(spec.gpu_type) if spec.gpu_type else None
-    if mask is not None:
-        room[~mask] = 0.0
-    todo = [(1, np.asarray(spec.ps_demand))] * max(0, ps - have_p)
-    todo += [(0, np.asarray(spec.worker_demand))] * max(0, workers - have_w)
-    cap = np.where(cluster.capacity > 0, cluster.capacity, 1.0)
-    for role, demand in todo:
-        fits = fit_count(room, demand) > 0
-        if not fits.any():
-            break
-        score = (room[:, 1:] / cap[:, 1:]).mean(axis=1)
-        if local_first and have:
-            used = np.zeros(len(room), dtype=bool)
-            used[list(have)] = True
-            score = score + used * 10.0  # any node of the job beats every other node
-        n = int(np.argmax(np.where(fits, score, -np.inf)))
-        room[n] -= demand
-        w, p = have.get(n, (0, 0))
-        have[n] = (w + (role == 0), p + (role == 1))
+    complete = TaskByTask(score, "bind-pods").bind(cluster, free.copy(), spec, have, workers, ps, local_first)
     if not have:
         return None, False
-    alloc = Allocation.of(have)
-    return alloc, alloc.num_ps >= ps and alloc.num_workers >= workers
+    return Allocation.of(have), complete
 
 
 def holds_partial_gang(spec: JobSpec, alloc: Allocation) -> bool:

@@ -24,7 +24,7 @@ import numpy as np
 from dlsched.core.allocation import Allocation
 from dlsched.core.cluster import Cluster
 from dlsched.core.job import JobSpec
-from dlsched.policies.phases.placement import fit_count, pack
+from dlsched.framework.packing import fit_count, pack
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from dlsched.core.job import JobSpec
 from dlsched.core.snapshot import JobState, JobStatus, Snapshot
-from dlsched.policies.phases.placement import pack
+from dlsched.framework.packing import pack
 
 
 @dataclass(frozen=True)
@@ -19,8 +19,19 @@ class ByArrival:
     def order(self, snap: Snapshot, jobs: list[JobState]) -> list[JobState]:
         return sorted(jobs, key=_RANK)
 
+    def key(self, snap: Snapshot, job: JobState) -> int:
+        return job.rank
+
 
 _RANK = attrgetter("rank")  # (submit time, index) order, precomputed by the engine
+
+
+@dataclass(frozen=True)
+class Unordered:
+    """The jobs as given: for a sizing that decides the order itself (DRF's progressive filling)."""
+
+    def order(self, snap: Snapshot, jobs: list[JobState]) -> list[JobState]:
+        return jobs
 
 
 def remaining_time(snap: Snapshot, job: JobState, rate: float) -> float:
@@ -75,6 +86,7 @@ class ShortestRemainingTime:
             raise RuntimeError("ShortestRemainingTime needs the oracle: declare the policy an oracle")
         rates = self._rates.get(snap.cluster) or {}
         now, restart, running = snap.now, snap.restart_overhead, JobStatus.RUNNING
+        remaining = snap.remaining_iterations  # the truth, through the oracle's door
         keys = []
         for j in jobs:
             s = j.spec
@@ -82,7 +94,7 @@ class ShortestRemainingTime:
             if r is None:
                 r = self.rate(snap, s)
                 rates = self._rates[snap.cluster]
-            left = (s.iterations - j.progress) / r if r > 0 else math.inf
+            left = remaining(j) / r if r > 0 else math.inf
             if j.status is running:
                 keys.append((left + max(0.0, j.resume_at - now), 0, s.submit_time, j.index))
             else:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from dlsched.core.errors import ConfigError
-from dlsched.core.job import Architecture, JobSpec
+from dlsched.core.job import JobSpec
 from dlsched.core.snapshot import JobState, JobStatus, Snapshot
-from dlsched.sim.feasibility import largest_gang
+from dlsched.framework.feasibility import largest_gang
 
 _EPS = 1e-9
 
@@ -29,15 +31,25 @@ class Requested:
         return [(j, *self.size_one(snap, j)) for j in jobs]
 
 
-def ps_for(spec: JobSpec, workers: int) -> int:
-    """PSs that go with `workers` workers when a job grows in bundles of one worker + one PS.
+def ps_for(spec: JobSpec, workers: int, ps: int | None = None, per_worker: bool = False) -> int:
+    """The one rule for how many parameter servers go with `workers` workers.
 
-    DL2's simulator grows PS jobs a bundle at a time (worker and PS together), so the PS count
-    tracks the worker count, clamped to the job's PS range; other architectures have none.
+    The count wanted is `ps`, else the job's vertical-scaling table `extra["ps_steps"]`
+    ([[up to w workers, PS pods], ...], the QoS prototype's PS-CPU steps), else its requested
+    `num_ps`. With `per_worker` there is at most one PS per worker: a job grown or shrunk in
+    bundles of one worker + one PS (DL2's simulator, and shrinking a job to fit). The result is
+    always within the job's PS range [min_ps, max_ps]; a job without PSs gets 0.
+    Examples: DL2's bundle `ps_for(s, w, s.max_ps, per_worker=True)`; a shrunk job asked with p
+    PSs `ps_for(s, w, p, per_worker=True)`; a gang with p PSs `ps_for(s, w, p)`.
     """
-    if spec.arch is not Architecture.PS:
+    if spec.max_ps == 0:
         return 0
-    return min(spec.max_ps, max(spec.min_ps, workers))
+    if ps is None:
+        steps = spec.extra.get("ps_steps")
+        ps = next((int(p) for lim, p in steps if workers <= lim), int(steps[-1][1])) if steps else spec.num_ps
+    if per_worker:
+        ps = min(ps, workers)
+    return min(spec.max_ps, max(spec.min_ps, ps))
 
 
 @dataclass(frozen=True)
@@ -49,7 +61,7 @@ class MaxSize:
     """
 
     def size(self, snap: Snapshot, jobs: list[JobState]) -> list[tuple[JobState, int, int]]:
-        return [(j, j.spec.max_workers, ps_for(j.spec, j.spec.max_workers)) for j in jobs]
+        return [(j, j.spec.max_workers, ps_for(j.spec, j.spec.max_workers, j.spec.max_ps, per_worker=True)) for j in jobs]
 
 
 _SHARE_KEYS = {
@@ -126,7 +138,7 @@ class DominantShareFilling:
             s = j.spec
             c = cache.get(s)
             if c is None:
-                w, p = (s.num_workers, s.num_ps) if s.min_workers == s.max_workers else (s.min_workers, ps_for(s, s.min_workers))
+                w, p = (s.num_workers, s.num_ps) if s.min_workers == s.max_workers else (s.min_workers, ps_for(s, s.min_workers, s.max_ps, per_worker=True))
                 wd, pd = s.worker_demand, s.ps_demand
                 n0, n1, n2 = w * wd[0] + p * pd[0], w * wd[1] + p * pd[1], w * wd[2] + p * pd[2]
                 c = cache[s] = (max(n0 * i0, n1 * i1, n2 * i2), s.min_workers == s.max_workers, w, p, n0, n1, n2)
@@ -152,7 +164,7 @@ class DominantShareFilling:
             wd, pd = s.worker_demand, s.ps_demand
             while workers[i] < s.max_workers:
                 w = workers[i] + 1
-                p = ps_for(s, w)
+                p = ps_for(s, w, s.max_ps, per_worker=True)
                 u0, u1, u2 = w * wd[0] + p * pd[0], w * wd[1] + p * pd[1], w * wd[2] + p * pd[2]
                 share = max(u0 * i0, u1 * i1, u2 * i2)
                 if heap and heap[0][:3] < (share, t, idx):
@@ -192,9 +204,9 @@ class DominantShareFilling:
                     if w == 0:
                         if s.min_workers == s.max_workers:
                             return i, s.num_workers, s.num_ps
-                        return i, s.min_workers, ps_for(s, s.min_workers)
+                        return i, s.min_workers, ps_for(s, s.min_workers, s.max_ps, per_worker=True)
                     if w < s.max_workers:
-                        return i, 1, ps_for(s, w + 1) - ps[i]
+                        return i, 1, ps_for(s, w + 1, s.max_ps, per_worker=True) - ps[i]
                     done[i] = True
                 pos[k] += 1
             return None

@@ -6,7 +6,7 @@ import numpy as np
 
 from dlsched.core.cluster import RESOURCES, Cluster
 from dlsched.core.job import JobSpec
-from dlsched.policies.phases.placement import pack
+from dlsched.framework.packing import pack
 
 
 def never_fits(spec: JobSpec, cluster: Cluster) -> str:

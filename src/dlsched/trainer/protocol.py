@@ -1,5 +1,8 @@
 """The files a trainer leaves in its job directory, and how backends read them.
 
+It lives with the trainer because the trainer defines the format; the runtime (backends,
+controller, measured throughput) only reads it. It imports nothing of the scheduler.
+
 The trainer's reporting rank appends one JSON object per line to `progress.jsonl`:
 
     {"time": 1700000000.1, "event": "progress", "step": 120, "loss": 1.93,

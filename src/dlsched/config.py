@@ -1,0 +1,68 @@
+"""Reading the YAML files users give dlsched: run, service and DL2 training configs, cluster,
+nodes and job files.
+
+Every YAML read in the package goes through `read_yaml`, so every way a file can be bad (missing,
+unreadable, not UTF-8, not YAML) is one `ConfigError` line that names the file, never a traceback.
+`read_yaml_model` adds validation into a pydantic model, where a typo is an error, not a default.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from dlsched.core.errors import ConfigError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def read_yaml(path: str | Path, what: str) -> Any:
+    """The parsed content of a YAML (or JSON) file; `what` says which file it is in errors
+    ("config file", "nodes file"...). An empty file is None."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what} {path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} "
+                          f"at offset {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{what} {path}: not valid YAML: {_yaml_problem(exc)}") from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's message on one line: `line L, column C: problem` when it has a position."""
+    mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
+    if mark is not None and problem:
+        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    return " ".join(str(exc).split())
+
+
+def describe_validation_error(err: ValidationError, source: str) -> str:
+    """One `source: key.path: problem` line per pydantic error (an unknown key says "typo?")."""
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
+        msg = "unknown key (typo?)" if e["type"] == "extra_forbidden" else e["msg"]
+        lines.append(f"{source}: {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def read_yaml_model(path: str | Path, model: type[M], what: str) -> M:
+    """Read a YAML mapping into a pydantic model; every problem is a ConfigError naming the file
+    (and the key, for a bad value). An empty file gives the model's defaults."""
+    data = read_yaml(path, what)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings at the top level")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc, str(path))) from None

@@ -1,0 +1,112 @@
+"""Packing: the first-fit mechanism that feasibility, validation and the `Pack` placement share,
+and the two accounting steps every placement does on a free-resource array (`take`, `keep_if_fits`).
+
+`pack` is the locality-first packer (fewest nodes, best-fit single node, roomiest rack first).
+It lives below the policies because the framework itself needs it: whether a job's minimum gang
+can ever fit the empty cluster (`framework.feasibility`) is decided by packing it.
+All of it works on the (N, 3) free-resource array with NumPy, never per-node loops over the
+whole cluster.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dlsched.core.allocation import Allocation
+from dlsched.core.cluster import Cluster
+from dlsched.core.job import JobSpec
+
+_EPS = 1e-9
+
+
+def eligible(cluster: Cluster, spec: JobSpec) -> np.ndarray | None:
+    """Mask of nodes of the job's GPU type, or None when the job takes any type."""
+    return None if not spec.gpu_type else cluster.type_mask(spec.gpu_type)
+
+
+def fit_count(free: np.ndarray, demand: np.ndarray) -> np.ndarray:
+    """How many tasks of `demand` fit on each node (a large number where demand is all zero)."""
+    need = demand > 0
+    if not need.any():
+        return np.full(free.shape[0], 1 << 30)
+    return np.floor((free[:, need] + _EPS) / demand[need]).min(axis=1).astype(np.int64)
+
+
+def _eligible(cluster: Cluster, spec: JobSpec) -> np.ndarray | None:
+    return None if not spec.gpu_type else cluster.type_mask(spec.gpu_type)
+
+
+def pack(
+    cluster: Cluster, free: np.ndarray, spec: JobSpec, workers: int, ps: int
+) -> Allocation | None:
+    wd = np.asarray(spec.worker_demand)
+    pd = np.asarray(spec.ps_demand)
+    mask = eligible(cluster, spec)
+    avail = free if mask is None else np.where(mask[:, None], free, 0.0)
+    total = workers * wd + ps * pd
+    whole = (avail + _EPS >= total).all(axis=1)
+    if whole.any():
+        cand = np.flatnonzero(whole)
+        # best fit: the node left with the least free GPU (then CPU), lowest index on ties
+        left = avail[cand] - total
+        best = cand[np.lexsort((cand, left[:, 1], left[:, 0]))[0]]
+        return Allocation.single_node(int(best), workers, ps)
+    if workers + ps <= 1:
+        return None
+    w_fit = fit_count(avail, wd)
+    if int(np.minimum(w_fit, workers).sum()) < workers:
+        return None
+    # Fill the roomiest nodes first, preferring the rack with the most room so the job stays
+    # rack-local when it can.
+    rack_room = np.bincount(cluster.rack, weights=np.minimum(w_fit, workers))
+    order = np.lexsort((np.arange(len(w_fit)), -w_fit, -rack_room[cluster.rack]))
+    w_counts = np.zeros(len(w_fit), dtype=np.int64)
+    p_counts = np.zeros(len(w_fit), dtype=np.int64)
+    left_w, left_p = workers, ps
+    room = avail.copy()
+    # Place PSs beside the workers: each visited node takes its share of workers, then PSs fit in
+    # what remains there; PSs still unplaced go to any node with room afterwards.
+    for n in order:
+        if left_w == 0:
+            break
+        k = int(min(w_fit[n], left_w))
+        if k <= 0:  # nodes are ordered rack-first, so a full node does not end the search
+            continue
+        w_counts[n] = k
+        room[n] -= k * wd
+        left_w -= k
+        if left_p:
+            kp = int(min(fit_count(room[n : n + 1], pd)[0], left_p, max(1, -(-ps * k // workers))))
+            p_counts[n] = kp
+            room[n] -= kp * pd
+            left_p -= kp
+    if left_w:
+        return None
+    if left_p:
+        p_fit = fit_count(room, pd)
+        for n in np.argsort(-p_fit, kind="stable"):
+            if left_p == 0 or p_fit[n] <= 0:
+                break
+            kp = int(min(p_fit[n], left_p))
+            p_counts[n] += kp
+            left_p -= kp
+        if left_p:
+            return None
+    return Allocation.from_counts(w_counts, p_counts)
+
+
+def keep_if_fits(job: JobState, free: np.ndarray) -> Allocation | None:
+    """The job's current allocation, if it still fits in `free` (sticky placement)."""
+    alloc = job.allocation
+    if alloc is None:
+        return None
+    use = alloc.usage(np.asarray(job.spec.worker_demand), np.asarray(job.spec.ps_demand))
+    if (free[list(alloc.nodes)] + 1e-9 >= use).all():
+        return alloc
+    return None
+
+
+def take(free: np.ndarray, alloc: Allocation, spec: JobSpec) -> None:
+    """Subtract an allocation's use from `free` in place."""
+    use = alloc.usage(np.asarray(spec.worker_demand), np.asarray(spec.ps_demand))
+    np.subtract.at(free, list(alloc.nodes), use)

@@ -1,0 +1,313 @@
+"""ClusterState: the one job lifecycle and the one accounting of used and held resources.
+
+Both drivers keep their jobs here — the simulator (virtual clock, throughput model) and the live
+controller (wall clock, backend) — so a job is admitted, started, resized, preempted, held,
+finished and rejected by the same code in both. A decision is: `snapshot` → policy → `diff`
+(which validates the whole plan before anything changes) → the driver carries out the Actions,
+calling `start`/`stop`/`hold`/`end` here as it does.
+
+Jobs live in insertion-ordered dicts (`pending`, `running`, `holding`) updated as jobs move, so a
+decision never rebuilds them; the snapshot also carries what changed since the previous one
+(arrived, finished, stopped) for policies that work incrementally. `JobState`s are the engine's
+own objects (no copies per decision): only this class and the drivers through it mutate them.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from dlsched.core.allocation import Allocation
+from dlsched.core.cluster import GPU, Cluster
+from dlsched.core.errors import PlanError
+from dlsched.core.plan import Plan
+from dlsched.core.snapshot import Clock, JobState, JobStatus, Snapshot
+from dlsched.framework.actions import Action, Kind
+from dlsched.framework.feasibility import never_fits
+from dlsched.framework.validation import check_capacity, check_shape
+
+
+def usage(js: JobState, alloc: Allocation) -> tuple[list[int], np.ndarray]:
+    """The nodes of `alloc` and the (len(nodes), 3) resources the job uses there."""
+    s = js.spec
+    return list(alloc.nodes), alloc.usage(np.asarray(s.worker_demand), np.asarray(s.ps_demand))
+
+
+class ClusterState:
+    """Jobs by status, resources used and held, nodes up or down."""
+
+    def __init__(self, cluster: Cluster, clock: Clock | None = None,
+                 startup_overhead: float = 0.0, restart_overhead: float = 0.0):
+        self.cluster = cluster
+        self.clock = clock or Clock(0.0)
+        self.startup_overhead = startup_overhead  # pause before the first step (simulator only;
+        self.restart_overhead = restart_overhead  # live, the measured pause is in the progress)
+        self.capacity = cluster.capacity.copy()  # a node that failed has 0 until it joins again
+        self.used = np.zeros_like(cluster.capacity)
+        self.jobs: dict[str, JobState] = {}
+        self.pending: dict[str, JobState] = {}
+        self.running: dict[str, JobState] = {}
+        self.holding: dict[str, JobState] = {}  # pending jobs sitting on a partial placement
+        self.busy_gpus = 0.0
+        self.held_gpus = 0.0
+        self.ended = 0  # jobs that reached a terminal state
+        self._arrived: list[JobState] = []
+        self._finished: list[JobState] = []
+        self._stopped: list[JobState] = []
+
+    # ------------------------------------------------------------------ lifecycle
+    def arrive(self, js: JobState, now: float) -> str:
+        """A job is submitted. Rejected at once (returns the reason) when it can never fit the
+        cluster, else it waits for the policy (returns "")."""
+        self.jobs[js.job_id] = js
+        js.last_update = now
+        reason = never_fits(js.spec, self.cluster)
+        if reason:
+            js.status = JobStatus.PENDING
+            self.end(js, now, JobStatus.REJECTED, reason)
+            return reason
+        js.status = JobStatus.PENDING
+        self.pending[js.job_id] = js
+        self._arrived.append(js)
+        return ""
+
+    def start(self, js: JobState, alloc: Allocation, now: float, count_restart: bool = True) -> None:
+        """Run the job on `alloc` (a start, a restart or a resize). `count_restart=False` re-attaches
+        to a run that survived a restart of the live service."""
+        js.settle(now)
+        was_running = js.status is JobStatus.RUNNING
+        self._release(js)
+        if not was_running:
+            del self.pending[js.job_id]
+            self.running[js.job_id] = js
+        js.status = JobStatus.RUNNING
+        js.allocation = alloc
+        js.alloc_gpus = alloc.num_workers * js.spec.worker_demand[GPU]
+        js.alloc_nodes = alloc.num_nodes
+        self.busy_gpus += js.alloc_gpus
+        nodes, use = usage(js, alloc)
+        np.add.at(self.used, nodes, use)
+        if js.first_start is None:
+            js.first_start = now
+            pause = self.startup_overhead
+        else:
+            if count_restart:
+                js.restarts += 1
+            pause = self.restart_overhead
+        js.last_start = now
+        js.resume_at = now + pause
+        js.rate = 0.0
+        js.version += 1
+
+    def stop(self, js: JobState, now: float, preempted: bool = True) -> None:
+        """A running job goes back to waiting: preempted by a plan, or its run failed."""
+        js.settle(now)
+        self._release(js)
+        js.status = JobStatus.PENDING
+        js.last_stop = now
+        if preempted:
+            js.preemptions += 1
+        del self.running[js.job_id]
+        self.pending[js.job_id] = js
+        self._stopped.append(js)
+
+    def hold(self, js: JobState, alloc: Allocation | None, now: float) -> None:
+        """Reserve a partial placement for a waiting job (nothing runs on it), or release it."""
+        js.settle(now)
+        self._drop_hold(js)
+        js.held = alloc
+        if alloc is not None:
+            nodes, use = usage(js, alloc)
+            np.add.at(self.used, nodes, use)
+            js.held_gpus = alloc.num_workers * js.spec.worker_demand[GPU]
+            self.held_gpus += js.held_gpus
+            self.holding[js.job_id] = js
+
+    def end(self, js: JobState, now: float, status: JobStatus, reason: str = "") -> None:
+        """A terminal state: DONE (all its work), REJECTED, or UNFINISHED (failed, cancelled)."""
+        js.settle(now)
+        if status is JobStatus.DONE:
+            js.finish_work()
+        self._release(js)
+        self.running.pop(js.job_id, None)
+        self.pending.pop(js.job_id, None)
+        js.status = status
+        js.reason = reason
+        js.end_time = now
+        js.last_stop = now
+        self.ended += 1
+        self._finished.append(js)
+
+    def _release(self, js: JobState) -> None:
+        if js.allocation is not None:
+            nodes, use = usage(js, js.allocation)
+            np.subtract.at(self.used, nodes, use)
+            self.busy_gpus -= js.alloc_gpus
+            js.allocation = None
+            js.alloc_gpus = 0.0
+            js.alloc_nodes = 0
+            js.rate = 0.0
+            js.version += 1
+        self._drop_hold(js)
+
+    def _drop_hold(self, js: JobState) -> None:
+        if js.held is not None:
+            nodes, use = usage(js, js.held)
+            np.subtract.at(self.used, nodes, use)
+            self.held_gpus -= js.held_gpus
+            self.holding.pop(js.job_id, None)
+            js.held = None
+            js.held_gpus = 0.0
+
+    # ------------------------------------------------------------------ nodes
+    def on_node(self, node: int) -> list[JobState]:
+        """Jobs running or holding resources on `node`."""
+        return [js for js in list(self.running.values()) + list(self.holding.values())
+                if node in (js.allocation or js.held).nodes]
+
+    def fail_node(self, node: int, now: float) -> list[JobState]:
+        """A node goes down: its jobs' runs fail (back to waiting, resuming from their
+        checkpoints), holds on it are released, and it offers nothing until it joins again."""
+        hit = self.on_node(node)
+        for js in hit:
+            if js.status is JobStatus.RUNNING:
+                self.stop(js, now, preempted=False)
+            else:
+                self.hold(js, None, now)
+        self.capacity[node] = 0.0
+        return hit
+
+    def join_node(self, node: int) -> None:
+        """A node is back (or new in the cluster's list): its full capacity is offered again."""
+        self.capacity[node] = self.cluster.capacity[node]
+
+    # ------------------------------------------------------------------ decisions
+    def snapshot(self, now: float, events: tuple[str, ...], restart_overhead: float,
+                 oracle=None, rng: np.random.Generator | None = None) -> Snapshot:
+        """What the policy sees now, with what changed since the previous snapshot."""
+        snap = Snapshot(
+            now=now,
+            cluster=self.cluster,
+            free=self._free,
+            pending=self.pending,
+            running=self.running,
+            restart_overhead=restart_overhead,
+            oracle=oracle,
+            rng=rng,
+            events=events,
+            arrived=tuple(self._arrived),
+            finished=tuple(self._finished),
+            stopped=tuple(self._stopped),
+            capacity=self.capacity,
+        )
+        self._arrived.clear()
+        self._finished.clear()
+        self._stopped.clear()
+        return snap
+
+    def _free(self) -> np.ndarray:
+        free = self.capacity - self.used
+        free.setflags(write=False)
+        return free
+
+    def diff(self, plan: Plan, now: float, policy: str) -> list[Action]:
+        """Validate the whole plan against the current state, then return the Actions that carry
+        it out: stops, hold changes, starts and resizes (in the plan's order), rejections.
+
+        A bad plan raises PlanError naming the policy, the time, the job (and the node); nothing
+        has changed then."""
+        if not isinstance(plan, Plan):
+            raise PlanError(f"policy {policy!r} returned {type(plan).__name__}, not a Plan")
+        runs: list[Action] = []
+        running, jobs = self.running, self.jobs
+        for jid, alloc in plan.allocations.items():
+            js = running.get(jid)
+            if js is not None and js.allocation is alloc:  # unchanged: the common case
+                continue
+            js = jobs.get(jid)
+            if js is None:
+                raise PlanError(f"policy {policy!r} at t={now:.1f}: unknown job {jid!r}")
+            if js.status is JobStatus.RUNNING:
+                if js.allocation == alloc:
+                    continue
+            elif js.status is not JobStatus.PENDING:
+                raise PlanError(f"policy {policy!r} at t={now:.1f}: job {jid!r} is {js.status.value}, it cannot run")
+            check_shape(policy, now, js.spec, alloc, self.cluster)
+            runs.append(Action(Kind.RESIZE if js.status is JobStatus.RUNNING else Kind.START, jid, alloc))
+        stops = [] if plan.keep_running else [Action(Kind.STOP, jid) for jid in running if jid not in plan.allocations]
+        holds: list[Action] = []
+        for jid, alloc in plan.held.items():
+            js = jobs.get(jid)
+            if js is None or js.status is not JobStatus.PENDING or jid in plan.allocations:
+                raise PlanError(f"policy {policy!r} at t={now:.1f}: held job {jid!r} must be pending and not running")
+            if js.held != alloc:
+                check_shape(policy, now, js.spec, alloc, self.cluster, gang=False)
+                holds.append(Action(Kind.HOLD, jid, alloc))
+        for jid in self.holding:  # holds the plan no longer lists are released
+            if jid not in plan.held and jid not in plan.allocations:
+                holds.append(Action(Kind.HOLD, jid, None))
+        rejects = []
+        for jid, reason in plan.rejected.items():
+            js = jobs.get(jid)
+            if js is None or js.status is not JobStatus.PENDING or jid in plan.allocations:
+                raise PlanError(f"policy {policy!r} at t={now:.1f}: only a waiting job can be rejected, not {jid!r}")
+            rejects.append(Action(Kind.REJECT, jid, reason=reason or "rejected by the policy"))
+        self._check_capacity(plan, runs, stops, holds, now, policy)
+        return stops + holds + runs + rejects
+
+    def validate(self, plan: Plan, now: float, policy: str) -> None:
+        """Raise PlanError when the plan cannot be carried out (see `diff`)."""
+        self.diff(plan, now, policy)
+
+    def _check_capacity(self, plan: Plan, runs: list[Action], stops: list[Action], holds: list[Action],
+                        now: float, policy: str) -> None:
+        """Per-node capacity after the plan, on the nodes the plan puts something on."""
+        new_used = self.used.copy()
+        touched: list[int] = []
+
+        def move(js: JobState, alloc: Allocation | None, sign: float) -> None:
+            if alloc is not None:
+                nodes, use = usage(js, alloc)
+                np.add.at(new_used, nodes, sign * use)
+                if sign > 0:
+                    touched.extend(nodes)
+
+        for a in runs:
+            js = self.jobs[a.job_id]
+            move(js, js.allocation, -1.0)
+            move(js, js.held, -1.0)
+            move(js, a.allocation, 1.0)
+        for a in stops:
+            js = self.jobs[a.job_id]
+            move(js, js.allocation, -1.0)
+        for a in holds:
+            js = self.jobs[a.job_id]
+            move(js, js.held, -1.0)
+            move(js, a.allocation, 1.0)
+        if touched:
+            check_capacity(policy, now, self.cluster, new_used, np.unique(touched),
+                           _holders_after(plan, self.running), capacity=self.capacity)
+
+    def apply(self, action: Action, now: float) -> JobState:
+        """The lifecycle part of one Action (the driver does the rest: rates, processes)."""
+        js = self.jobs[action.job_id]
+        if action.kind is Kind.STOP:
+            self.stop(js, now, preempted=True)
+        elif action.kind is Kind.HOLD:
+            self.hold(js, action.allocation, now)
+        elif action.kind in (Kind.START, Kind.RESIZE):
+            self.start(js, action.allocation, now)
+        else:
+            self.end(js, now, JobStatus.REJECTED, action.reason)
+        return js
+
+
+def _holders_after(plan: Plan, running: dict[str, JobState]) -> Callable[[int], list[str]]:
+    """Who sits on a node once the plan is carried out (for the error message only)."""
+    def holders(node: int) -> list[str]:
+        out = [jid for jid, a in plan.allocations.items() if node in a.nodes]
+        if plan.keep_running:
+            out += [jid for jid, js in running.items() if jid not in plan.allocations and node in js.allocation.nodes]
+        return out + [f"{jid} (held)" for jid, a in plan.held.items() if node in a.nodes]
+    return holders

@@ -1,0 +1,136 @@
+"""What the live controller writes down: the store rows and events of each job, its job folder,
+and the gauges. Kept apart from the controller so that the driver reads as the core's loop and
+this file holds the bookkeeping a restart depends on (allocations by node name, the epoch)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from dlsched.core.allocation import Allocation
+from dlsched.core.cluster import GPU, Cluster
+from dlsched.core.snapshot import Clock, JobState
+from dlsched.framework.state import ClusterState
+from dlsched.live.spec import TrainJob
+from dlsched.trainer.protocol import is_done, read_done
+
+
+@dataclass(eq=False)
+class LiveJobState(JobState):
+    """A JobState whose loss samples come from the trainer instead of a simulated curve."""
+
+    train_job: TrainJob | None = None
+    samples: list[tuple[int, float]] = field(default_factory=list)
+    failures: int = 0  # failed runs without progress past the previous failure
+    failed_at_step: float = -1.0
+    attempt: int = 0  # runs started so far
+
+    @classmethod
+    def from_view(cls, view, epoch: float, clock: Clock, index: int) -> "LiveJobState":
+        """The state of a stored job, as a restarted service finds it."""
+        spec = view.spec.job_spec(view.id, max(0.0, view.submitted_at - epoch))
+        js = cls(spec=spec, index=index, clock=clock, rank=index, train_job=view.spec,
+                 attempt=view.attempt, restarts=view.restarts)
+        js.report_progress(float(view.steps_done))
+        return js
+
+    def observed_loss(self, points: int = 20) -> list[tuple[float, float]]:
+        if not self.samples:
+            return []
+        idx = np.unique(np.linspace(0, len(self.samples) - 1, min(points, len(self.samples))).astype(int))
+        return [(float(self.samples[i][0]), self.samples[i][1]) for i in idx]
+
+
+class JobRecord:
+    """The store and the work dir, as the controller uses them."""
+
+    def __init__(self, store, work_dir: Path, cluster: Cluster, clock: Callable[[], float]):
+        self.store, self.work_dir, self.cluster, self.clock = store, work_dir, cluster, clock
+        self._published: dict[str, dict] = {}  # what `publish` last wrote per running job
+
+    def epoch(self) -> float:
+        """The service's time origin, kept in the store so a restarted service sees the same clock."""
+        epoch = self.store.get_meta("epoch")
+        if epoch is None:
+            epoch = repr(self.clock())
+            self.store.set_meta("epoch", epoch)
+        return float(epoch)
+
+    def job_dir(self, job_id: str) -> Path:
+        return self.work_dir / "jobs" / job_id
+
+    def done_marker(self, job_id: str) -> dict | None:
+        """The trainer's completion record when the job finished (even while no service ran)."""
+        job_dir = self.job_dir(job_id)
+        return (read_done(job_dir) or {}) if is_done(job_dir) else None
+
+    def node_names(self, alloc: Allocation) -> list[str]:
+        return [self.cluster.node_names[n] for n in alloc.nodes]
+
+    def stored_allocation(self, job_id: str) -> Allocation | None:
+        raw = self.store.get_meta(f"alloc:{job_id}")
+        if not raw:
+            return None
+        index = {name: i for i, name in enumerate(self.cluster.node_names)}
+        try:
+            placement = {index[name]: (int(w), int(p)) for name, (w, p) in json.loads(raw).items()}
+        except (KeyError, ValueError, TypeError):
+            return None  # the cluster changed since: restart from the checkpoint instead
+        return Allocation.of(placement)
+
+    # ------------------------------------------------------------------ transitions
+    def event(self, js: JobState, kind: str, message: str, data: dict | None = None) -> None:
+        self.store.add_event(js.job_id, kind, message, data)
+
+    def running(self, js: JobState, alloc: Allocation) -> None:
+        view = self.store.get(js.job_id)
+        started_at = view.started_at if view is not None and view.started_at else self.clock()
+        self.store.set_meta(f"alloc:{js.job_id}", json.dumps(
+            {self.cluster.node_names[n]: [w, p] for n, w, p in zip(alloc.nodes, alloc.workers, alloc.ps)}))
+        self.store.update(js.job_id, status="running", workers=alloc.num_workers, ps=alloc.num_ps,
+                          nodes=self.node_names(alloc), attempt=getattr(js, "attempt", 0), restarts=js.restarts,
+                          started_at=started_at, reason="")
+
+    def queued(self, js: JobState, kind: str, message: str, step: int | None = None, reason: str = "") -> None:
+        """The job waits again (preempted, suspended, its run failed, the service restarted)."""
+        fields: dict[str, Any] = {"status": "queued", "workers": 0, "ps": 0, "nodes": []}
+        if step is not None:
+            fields["steps_done"] = step
+        if reason:
+            fields["reason"] = reason
+        self.store.update(js.job_id, **fields)
+        self.event(js, kind, message, {"step": step if step is not None else int(js.reported_progress)})
+
+    def ended(self, js: JobState, label: str, reason: str, **fields: Any) -> None:
+        self.store.update(js.job_id, status=label, reason=reason, finished_at=self.clock(),
+                          workers=0, ps=0, nodes=[], **fields)
+        self.event(js, label, reason)
+
+    # ------------------------------------------------------------------ each round
+    def publish(self, state: ClusterState, metrics) -> None:
+        """Write running jobs' progress to the store (one transaction, changed rows only), and the gauges."""
+        changed = {}
+        for jid, js in state.running.items():
+            row = {"steps_done": int(js.reported_progress), "steps_per_s": js.rate or None,
+                   "loss": js.samples[-1][1] if getattr(js, "samples", None) else None}
+            if self._published.get(jid) != row:
+                changed[jid] = self._published[jid] = row
+        self.store.update_many(changed)
+        if metrics is not None:
+            metrics.gpu_slots_total.set(float(state.capacity[:, GPU].sum()))
+            metrics.gpu_slots_used.set(float(state.used[:, GPU].sum()))
+            for jid, js in state.running.items():
+                metrics.job_steps_per_second.labels(job=jid).set(js.rate)
+
+    def forget(self, job_id: str, metrics) -> None:
+        self._published.pop(job_id, None)
+        if metrics is not None:
+            try:
+                metrics.job_steps_per_second.remove(job_id)
+            except KeyError:
+                pass
+

@@ -1,0 +1,35 @@
+"""Saving and loading DL2 networks: the file format `dlsched train dl2` writes and the `dl2`
+policy reads.
+
+It lives in `rl/` (with the network it serialises) so that training never has to import the
+policy module: `policies.dl2` depends on `rl`, never the other way round.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from dlsched.core.errors import ConfigError
+from dlsched.rl.dl2_network import DL2Net
+
+
+def save_model(net: DL2Net, path: Path, meta: dict | None = None) -> None:
+    """Write the network's constructor arguments, weights and free-form `meta` to `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"config": net.config(), "state_dict": net.state_dict(), "meta": meta or {}}, path)
+
+
+def load_model(path: Path) -> tuple[DL2Net, dict]:
+    """The network saved at `path` (in eval mode) and its `meta`. A missing file raises
+    FileNotFoundError; any other unreadable file a ConfigError naming it."""
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+        net = DL2Net(**blob["config"])
+        net.load_state_dict(blob["state_dict"])
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # a truncated or foreign file: say which
+        raise ConfigError(f"{path}: not a DL2 model saved by dlsched ({exc})") from None
+    return net.eval(), blob.get("meta", {})

@@ -1,0 +1,146 @@
+"""One scheduling core, two drivers: the same scripted timeline — arrivals, completions, a failed
+run — driven through the simulator and through the live controller (dry backend, fake clock) gives
+the very same Actions at the very same times, for every policy that runs live; every other policy
+is refused when the service starts, with its reason.
+
+The two sides are made to see the same world: the dry backend steps at 10 steps/s per worker
+(linear), the simulator's throughput model says the same; both pause a job 1 s on every (re)start;
+jobs declare their work; the failed run is a run that had made no progress yet (so the dry
+backend's lost-since-checkpoint and the simulator's node failure lose the same nothing).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+from dlsched.core.allocation import Allocation
+from dlsched.core.cluster import Cluster
+from dlsched.core.errors import ConfigError
+from dlsched.core.job import JobSpec
+from dlsched.framework.state import ClusterState
+from dlsched.live.controller import Controller, live_refusal
+from dlsched.live.dry_backend import DryBackend, FakeClock
+from dlsched.live.service import Service, ServiceConfig
+from dlsched.live.spec import TrainJob
+from dlsched.live.store import Store
+from dlsched.policies.registry import POLICIES, make_policy
+from dlsched.sim.config import SimConfig
+from dlsched.sim.engine import NodeEvent, simulate
+from dlsched.throughput.base import ThroughputModel
+
+RATE, PAUSE, NODES, HORIZON = 10.0, 1.0, 4, 400
+
+#: (submit second, job): elastic and rigid, one and two workers, one with a deadline
+TIMELINE = [
+    (0, TrainJob(model="mlp", steps=400, workers=1, min_workers=1, max_workers=2)),
+    (0, TrainJob(model="cnn", steps=240, workers=2, min_workers=1, max_workers=2)),
+    (2, TrainJob(model="mlp", steps=60, workers=1)),
+    (3, TrainJob(model="transformer", steps=300, workers=2, min_workers=1, max_workers=2, deadline_s=120)),
+    (5, TrainJob(model="cnn", steps=100, workers=1, min_workers=1, max_workers=2)),
+    (9, TrainJob(model="mlp", steps=40, workers=1)),
+]
+FAIL_AFTER = 6  # the first run started at or after this second fails at the end of its start-up
+
+#: options that put the slot-based policies on the test's time scale
+OPTIONS = {"optimus": {"interval": 10.0}, "qos": {"interval": 10.0}, "kube-autoscale": {"interval": 10.0},
+           "dl2": {"slot_seconds": 10.0}}
+
+
+class Linear(ThroughputModel):
+    """What the dry backend does: RATE steps/s per worker."""
+
+    name = "linear"
+
+    def supports(self, spec: JobSpec) -> bool:
+        return True
+
+    def rate(self, spec: JobSpec, alloc: Allocation, cluster: Cluster) -> float:
+        return RATE * alloc.num_workers
+
+
+def _cluster() -> Cluster:
+    return Cluster.homogeneous("contract", nodes=NODES, gpus=1, cpus=8, mem=32)
+
+
+@pytest.fixture
+def actions(monkeypatch):
+    """Every non-empty list of Actions a ClusterState produced, by state, with its time."""
+    log: dict[int, list] = defaultdict(list)
+    diff = ClusterState.diff
+
+    def recording(self, plan, now, policy):
+        out = diff(self, plan, now, policy)
+        if out:
+            log[id(self)].append((round(now, 6), [str(a) for a in out]))
+        return out
+
+    monkeypatch.setattr(ClusterState, "diff", recording)
+    return log
+
+
+def _live(name: str, tmp_path, log) -> tuple[list, list[NodeEvent], dict[str, str]]:
+    clock = FakeClock(0.0)
+    backend = DryBackend(_cluster(), clock, rate_per_worker=RATE, startup=PAUSE, scaling=1.0)
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    ctl = Controller(store, backend, make_policy(name, **OPTIONS.get(name, {})), work_dir=tmp_path, tick=1.0,
+                     clock=clock, restart_overhead=PAUSE)
+    failure: list[NodeEvent] = []
+    ids = []
+    for second in range(HORIZON):
+        for at, job in TIMELINE:
+            if at == second:
+                ids.append(store.add(job, now=clock()).id)
+        if not failure:  # crash the first run started since FAIL_AFTER as its start-up ends
+            for launch in backend.launches:
+                run = backend.runs.get(launch.job_id)
+                if (run is not None and run.launch is launch and run.started >= FAIL_AFTER
+                        and clock() == run.started + PAUSE and launch.allocation.num_nodes == 1):
+                    backend.crash(launch.job_id)
+                    node = launch.allocation.nodes[0]
+                    failure = [NodeEvent(clock(), node, "fail"), NodeEvent(clock(), node, "join")]
+                    break
+        ctl.step()
+        if ctl.idle() and len(ids) == len(TIMELINE):
+            break
+        clock.advance(1.0)
+    statuses = {i: store.get(i).status for i in ids}
+    store.close()
+    (live_log,) = [v for k, v in log.items() if k == id(ctl.state)]
+    return live_log, failure, statuses
+
+
+def _sim(name: str, failure: list[NodeEvent], ids: list[str], log) -> tuple[list, dict[str, str]]:
+    specs = [job.job_spec(jid, float(at)) for jid, (at, job) in zip(ids, TIMELINE)]
+    cfg = SimConfig(restart_overhead=PAUSE, startup_overhead=PAUSE)
+    before = set(log)
+    res = simulate(specs, _cluster(), make_policy(name, **OPTIONS.get(name, {})), Linear(), cfg,
+                   node_events=failure)
+    (key,) = set(log) - before
+    return log[key], dict(zip(res.jobs.job_id, res.jobs.status))
+
+
+LIVE = [n for n in POLICIES if not live_refusal(make_policy(n, **OPTIONS.get(n, {})))]
+REFUSED = [n for n in POLICIES if n not in LIVE]
+
+
+@pytest.mark.parametrize("name", LIVE)
+def test_simulator_and_controller_give_the_same_actions(name, tmp_path, actions):
+    live_log, failure, statuses = _live(name, tmp_path, actions)
+    assert set(statuses.values()) == {"done"}, statuses
+    assert failure, "the timeline's failed run never happened"
+    sim_log, sim_status = _sim(name, failure, list(statuses), actions)
+    assert set(sim_status.values()) == {"done"}
+    assert sim_log == live_log
+
+
+def test_every_policy_runs_live_or_is_refused_at_start_up_with_its_reason(tmp_path):
+    assert "fifo" in LIVE and {"srtf", "oasis"} <= set(REFUSED)
+    for name in REFUSED:
+        reason = live_refusal(make_policy(name, **OPTIONS.get(name, {})))
+        assert ("oracle" in reason) or ("cannot schedule real jobs" in reason)
+        cfg = ServiceConfig(policy=name, backend="dry", work_dir=tmp_path / name)
+        with pytest.raises(ConfigError, match="cannot schedule real jobs"):
+            Service(cfg)
+        assert not (tmp_path / name).exists()  # refused before anything was made
