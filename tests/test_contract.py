@@ -68,9 +68,12 @@ def _cluster() -> Cluster:
 def actions(monkeypatch):
     """Every non-empty list of Actions a ClusterState produced, by state, with its time."""
     log: dict[int, list] = defaultdict(list)
+    alive: list[ClusterState] = []  # keeps each state alive, so no two share an id()
     diff = ClusterState.diff
 
     def recording(self, plan, now, policy):
+        if not alive or alive[-1] is not self:
+            alive.append(self)
         out = diff(self, plan, now, policy)
         if out:
             log[id(self)].append((round(now, 6), [str(a) for a in out]))

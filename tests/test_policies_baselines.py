@@ -47,7 +47,7 @@ class Recorder(Wrapper):
 
     def schedule(self, snap: Snapshot) -> Plan:
         plan = self.inner.schedule(snap)
-        self.log.append((snap.now, dict(plan.allocations), dict(plan.held)))
+        self.log.append((snap.now, plan.running_after(snap.running), dict(plan.held)))
         return plan
 
     def first_run_after(self, job_id: str, t: float) -> float:
@@ -305,12 +305,13 @@ def test_tiresias_and_kube_follow_a_snapshot_they_did_not_produce():
     pol = tiresias()
     plan = pol.schedule(snap([old], [new, gone]))
     # "old" is adopted in place: 1000 GPU-s is Q0, where running jobs lead, so "gone" waits
-    assert plan.allocations["old"] is old.allocation
-    assert set(plan.allocations) == {"old", "new"} and plan.allocations["new"].nodes == (0,)
+    after = plan.running_after([old])
+    assert after["old"] is old.allocation and not plan.preempt
+    assert set(after) == {"old", "new"} and after["new"].nodes == (0,)
     # "new" ran elsewhere meanwhile; "gone" was cancelled; the policy must not plan either wrongly
-    new.status, new.allocation, new.alloc_gpus = JobStatus.RUNNING, plan.allocations["new"], 4.0
+    new.status, new.allocation, new.alloc_gpus = JobStatus.RUNNING, after["new"], 4.0
     plan2 = pol.schedule(snap([old, new], []))
-    assert plan2.allocations == {"old": old.allocation, "new": new.allocation}
+    assert plan2.running_after([old, new]) == {"old": old.allocation, "new": new.allocation}
 
     kube = kube_default()
     kplan = kube.schedule(snap([old], [new, gone]))

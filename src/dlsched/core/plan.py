@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from dlsched.core.allocation import Allocation
 
@@ -17,9 +18,9 @@ class Plan:
     - `rejected`: pending jobs refused for good, each with a reason a user can read.
     - `wake_at`: ask me again at this time even if nothing happens (e.g. a Tiresias job crossing
       a queue threshold, a DRAGON timer).
-    - `keep_running`: running jobs absent from `allocations` keep running as they are (a policy
-      that never preempts lists only what changes, so a decision costs what changed, not the
-      number of running jobs); without it, a running job absent from the plan is preempted.
+    - `keep_running`: running jobs absent from `allocations` keep running as they are, except
+      those in `preempt` (a policy lists only what changes, so a decision costs what changed, not
+      the number of running jobs); without it, a running job absent from the plan is preempted.
     """
 
     allocations: dict[str, Allocation] = field(default_factory=dict)
@@ -27,6 +28,14 @@ class Plan:
     rejected: dict[str, str] = field(default_factory=dict)
     wake_at: float | None = None
     keep_running: bool = False
+    preempt: set[str] = field(default_factory=set)  # with keep_running: running jobs to stop
+
+    def running_after(self, running: Iterable) -> dict[str, Allocation]:
+        """Every job that runs once the plan is carried out, given the jobs running now (their
+        `job_id` and `allocation`): with `keep_running`, those the plan does not name too."""
+        if not self.keep_running:
+            return dict(self.allocations)
+        return {j.job_id: j.allocation for j in running if j.job_id not in self.preempt} | self.allocations
 
     def assign(self, job_id: str, allocation: Allocation) -> None:
         self.allocations[job_id] = allocation

@@ -57,7 +57,7 @@ class PlanRecorder(Policy):
         plan = self.inner.schedule(snap)
         for j in snap.pending + snap.running:
             self.specs.setdefault(j.job_id, j.spec)
-        self.log.append((snap.now, dict(plan.allocations), dict(plan.held)))
+        self.log.append((snap.now, plan.running_after(snap.running), dict(plan.held)))
         return plan
 
     def last_change(self) -> dict[str, float]:

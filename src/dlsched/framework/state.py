@@ -235,7 +235,14 @@ class ClusterState:
                 raise PlanError(f"policy {policy!r} at t={now:.1f}: job {jid!r} is {js.status.value}, it cannot run")
             check_shape(policy, now, js.spec, alloc, self.cluster)
             runs.append(Action(Kind.RESIZE if js.status is JobStatus.RUNNING else Kind.START, jid, alloc))
-        stops = [] if plan.keep_running else [Action(Kind.STOP, jid) for jid in running if jid not in plan.allocations]
+        if plan.keep_running:
+            for jid in plan.preempt:
+                if jid not in running or jid in plan.allocations:
+                    raise PlanError(f"policy {policy!r} at t={now:.1f}: only a running job the plan does not "
+                                    f"place can be preempted, not {jid!r}")
+            stops = [Action(Kind.STOP, jid) for jid in plan.preempt]
+        else:
+            stops = [Action(Kind.STOP, jid) for jid in running if jid not in plan.allocations]
         holds: list[Action] = []
         for jid, alloc in plan.held.items():
             js = jobs.get(jid)
@@ -308,6 +315,7 @@ def _holders_after(plan: Plan, running: dict[str, JobState]) -> Callable[[int], 
     def holders(node: int) -> list[str]:
         out = [jid for jid, a in plan.allocations.items() if node in a.nodes]
         if plan.keep_running:
-            out += [jid for jid, js in running.items() if jid not in plan.allocations and node in js.allocation.nodes]
+            out += [jid for jid, js in running.items()
+                    if jid not in plan.allocations and jid not in plan.preempt and node in js.allocation.nodes]
         return out + [f"{jid} (held)" for jid, a in plan.held.items() if node in a.nodes]
     return holders

@@ -130,7 +130,8 @@ class PhasedPolicy(Policy):
         r = Realiser(snap, self.placement, preempt=self.preempt, keep=book.running)
         self._walk_minimal(snap, book, r)
         book.record(r.allocations, r.started)
-        return Plan(allocations=dict(r.allocations), wake_at=self._wake(snap))
+        started = {j.job_id: r.allocations[j.job_id] for j in r.started if j.job_id in r.allocations}
+        return Plan(allocations=started, keep_running=True, preempt=set(r.preempted), wake_at=self._wake(snap))
 
     def _walk_minimal(self, snap: Snapshot, book: Book, r: Realiser) -> None:
         """Waiting jobs in key order. One that does not fit in what is free may preempt the

@@ -38,7 +38,7 @@ from dlsched.core.cluster import GPU, Cluster
 from dlsched.core.errors import ConfigError
 from dlsched.core.plan import Plan
 from dlsched.core.policy import Placement, Policy
-from dlsched.core.snapshot import Snapshot
+from dlsched.core.snapshot import JobState, Snapshot
 from dlsched.policies.phases.placement import PLACEMENTS
 from dlsched.policies.phases.queues import MLFQ, Entry
 from dlsched.policies.phases.realise import Realiser
@@ -76,17 +76,22 @@ class Tiresias(Policy):
                 e.base_service, e.base_run = e.job.attained_service, e.job.run_time
                 idx.wait(e)
                 self.promotions += 1
+        # only what changes: started jobs and the preempted ones (everything else keeps running)
+        plan = Plan(keep_running=True)
         if any(idx.lines) or any(idx.entering):
-            self._round(snap, now)
+            started, plan.preempt = self._round(snap, now)
+            plan.allocations = {j.job_id: idx.allocations[j.job_id] for j in started if j.job_id in idx.allocations}
         while self._promote and self._promotable(self._promote[0]) is None:
             heapq.heappop(self._promote)
         wakes = [t for t in (idx.next_crossing(), self._promote[0][0] if self._promote else None) if t is not None]
-        return Plan(allocations=dict(idx.allocations), wake_at=min(wakes) if wakes else None)
+        plan.wake_at = min(wakes) if wakes else None
+        return plan
 
     # ------------------------------------------------------------------ the walk
-    def _round(self, snap: Snapshot, now: float) -> None:
+    def _round(self, snap: Snapshot, now: float) -> tuple[list[JobState], set[str]]:
         """Queues in priority order: each queue's running jobs, its waiting line, then the jobs
-        demoted into it this call. A waiting job may preempt only what ranks below it."""
+        demoted into it this call. A waiting job may preempt only what ranks below it. Returns
+        the jobs started and the ids of the jobs preempted."""
         idx = self.index
         entering = [sum(e.gpus for e in lst) for lst in idx.entering]
         held = sum(idx.running_gpus) + sum(entering)
@@ -117,6 +122,7 @@ class Tiresias(Policy):
         for e in heads:
             idx.unrun(e)
             self._stop(e, now, front=True)
+        return r.started, set(gone)
 
     def _stop(self, e: Entry, now: float, front: bool = False) -> None:
         e.token += 1

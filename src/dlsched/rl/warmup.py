@@ -76,7 +76,8 @@ def collect(env: SchedulingEnv, teacher: Callable[[], Policy], seeds: Iterable[i
         while not done:
             builder = env.builder
             plan = policy.schedule(builder.snap)
-            targets = {jid: (a.num_workers, a.num_ps) for jid, a in plan.allocations.items()}
+            targets = {jid: (a.num_workers, a.num_ps)
+                       for jid, a in plan.running_after(builder.snap.running).items()}
             for action in teacher_actions(builder, targets):
                 states.append(builder.state())
                 masks.append(builder.mask())
