@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -40,11 +41,13 @@ class Allocation:
             tuple(nodes.tolist()), tuple(workers[nodes].tolist()), tuple(ps[nodes].tolist())
         )
 
-    @property
+    # cached: a realiser compares every running job's size on every decision (tens of millions of
+    # reads on a full trace); the tuples never change, and the cache is not part of equality
+    @cached_property
     def num_workers(self) -> int:
         return sum(self.workers)
 
-    @property
+    @cached_property
     def num_ps(self) -> int:
         return sum(self.ps)
 

@@ -112,7 +112,8 @@ class Controller:
                 continue
             alloc = self.record.stored_allocation(view.id)
             done = self.record.done_marker(view.id)
-            if done is not None:
+            if done is not None:  # its trainer finished while no service watched: say so
+                self.record.event(js, "recovered", "finished while the service was down: marked done, not rerun")
                 self._finish(js, done)
             elif alloc is not None and self.backend.adopt(self._launch(js, alloc, attempt=max(view.attempt - 1, 0))):
                 self.state.start(js, alloc, self.time.now, count_restart=False)
