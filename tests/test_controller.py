@@ -140,7 +140,7 @@ def test_an_invalid_plan_changes_nothing_and_is_reported(tmp_path):
     store.add(TrainJob(model="mlp", steps=10), now=clock())
     ctl.step()
     assert backend.launches == []
-    assert "over-allocates" in ctl.last_plan_error
+    assert "over-allocates" in ctl.last_error
 
 
 @pytest.mark.parametrize("name", ["optimus", "tiresias", "dragon", "qos"])

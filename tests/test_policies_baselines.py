@@ -315,9 +315,10 @@ def test_tiresias_and_kube_follow_a_snapshot_they_did_not_produce():
 
     kube = kube_default()
     kplan = kube.schedule(snap([old], [new, gone]))
-    assert set(kplan.allocations) == {"old", "new"} and not kplan.held
+    assert set(kplan.running_after([old])) == {"old", "new"} and not kplan.held and not kplan.preempt
     kplan2 = kube.schedule(snap([old, new], []))  # "gone" vanished without being bound
-    assert set(kplan2.allocations) == {"old", "new"} and not kplan2.held
+    assert kplan2.running_after([old, new]) == {"old": old.allocation, "new": new.allocation}
+    assert not kplan2.held and not kplan2.allocations  # nothing new to bind
 
 
 # ------------------------------------------------------------------------------------ DRF

@@ -35,7 +35,6 @@ class DL2Report:
     files: list[Path] = field(default_factory=list)
 
 
-
 def run_dl2_experiment(
     out: Path,
     model: str | None = None,

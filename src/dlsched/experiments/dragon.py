@@ -65,7 +65,6 @@ METRICS = ["mean_jct_min", "makespan_min", "gpu_util_allocated", "gpu_util_compu
            "nodes_spanned", "finished", "unfinished", "restarts"]
 
 
-
 @dataclass
 class DragonReport:
     runs: pd.DataFrame  # one row per (workload, seed, policy)
@@ -125,8 +124,7 @@ def run_workload(
 def summarize_runs(runs: pd.DataFrame) -> pd.DataFrame:
     g = runs.groupby(["workload", "policy"], sort=False)[METRICS]
     mean, std = g.mean(), g.std(ddof=1).fillna(0.0)
-    out = mean.join(std, rsuffix="_std").reset_index()
-    return out
+    return mean.join(std.add_suffix("_std")).reset_index()
 
 
 def headline_figures(runs: pd.DataFrame, workload: str = "dragon-tf-ps") -> dict[str, float]:

@@ -25,13 +25,8 @@ from dlsched.core.plan import Plan
 from dlsched.core.snapshot import Clock, JobState, JobStatus, Snapshot
 from dlsched.framework.actions import Action, Kind
 from dlsched.framework.feasibility import never_fits
+from dlsched.framework.packing import add_use
 from dlsched.framework.validation import check_capacity, check_shape
-
-
-def usage(js: JobState, alloc: Allocation) -> tuple[list[int], np.ndarray]:
-    """The nodes of `alloc` and the (len(nodes), 3) resources the job uses there."""
-    s = js.spec
-    return list(alloc.nodes), alloc.usage(np.asarray(s.worker_demand), np.asarray(s.ps_demand))
 
 
 class ClusterState:
@@ -86,8 +81,7 @@ class ClusterState:
         js.alloc_gpus = alloc.num_workers * js.spec.worker_demand[GPU]
         js.alloc_nodes = alloc.num_nodes
         self.busy_gpus += js.alloc_gpus
-        nodes, use = usage(js, alloc)
-        np.add.at(self.used, nodes, use)
+        add_use(self.used, js.spec, alloc)
         if js.first_start is None:
             js.first_start = now
             pause = self.startup_overhead
@@ -118,8 +112,7 @@ class ClusterState:
         self._drop_hold(js)
         js.held = alloc
         if alloc is not None:
-            nodes, use = usage(js, alloc)
-            np.add.at(self.used, nodes, use)
+            add_use(self.used, js.spec, alloc)
             js.held_gpus = alloc.num_workers * js.spec.worker_demand[GPU]
             self.held_gpus += js.held_gpus
             self.holding[js.job_id] = js
@@ -141,8 +134,7 @@ class ClusterState:
 
     def _release(self, js: JobState) -> None:
         if js.allocation is not None:
-            nodes, use = usage(js, js.allocation)
-            np.subtract.at(self.used, nodes, use)
+            add_use(self.used, js.spec, js.allocation, -1.0)
             self.busy_gpus -= js.alloc_gpus
             js.allocation = None
             js.alloc_gpus = 0.0
@@ -153,8 +145,7 @@ class ClusterState:
 
     def _drop_hold(self, js: JobState) -> None:
         if js.held is not None:
-            nodes, use = usage(js, js.held)
-            np.subtract.at(self.used, nodes, use)
+            add_use(self.used, js.spec, js.held, -1.0)
             self.held_gpus -= js.held_gpus
             self.holding.pop(js.job_id, None)
             js.held = None
@@ -240,7 +231,8 @@ class ClusterState:
                 if jid not in running or jid in plan.allocations:
                     raise PlanError(f"policy {policy!r} at t={now:.1f}: only a running job the plan does not "
                                     f"place can be preempted, not {jid!r}")
-            stops = [Action(Kind.STOP, jid) for jid in plan.preempt]
+            # in the order the jobs started running (a set's order would vary from run to run)
+            stops = [Action(Kind.STOP, jid) for jid in running if jid in plan.preempt] if plan.preempt else []
         else:
             stops = [Action(Kind.STOP, jid) for jid in running if jid not in plan.allocations]
         holds: list[Action] = []
@@ -269,16 +261,23 @@ class ClusterState:
 
     def _check_capacity(self, plan: Plan, runs: list[Action], stops: list[Action], holds: list[Action],
                         now: float, policy: str) -> None:
-        """Per-node capacity after the plan, on the nodes the plan puts something on."""
-        new_used = self.used.copy()
-        touched: list[int] = []
+        """Per-node capacity after the plan, on the nodes the plan puts something on: the
+        changes are added up per node (a plan changes a few nodes; the cluster may have 10,000)."""
+        delta: dict[int, list[float]] = {}
+        touched: set[int] = set()
 
         def move(js: JobState, alloc: Allocation | None, sign: float) -> None:
-            if alloc is not None:
-                nodes, use = usage(js, alloc)
-                np.add.at(new_used, nodes, sign * use)
+            if alloc is None:
+                return
+            wd, pd = js.spec.worker_demand, js.spec.ps_demand
+            for n, w, p in zip(alloc.nodes, alloc.workers, alloc.ps):
+                d = delta.get(n)
+                if d is None:
+                    d = delta[n] = [0.0, 0.0, 0.0]
+                for r in range(3):
+                    d[r] += sign * (w * wd[r] + p * pd[r])
                 if sign > 0:
-                    touched.extend(nodes)
+                    touched.add(n)
 
         for a in runs:
             js = self.jobs[a.job_id]
@@ -293,8 +292,10 @@ class ClusterState:
             move(js, js.held, -1.0)
             move(js, a.allocation, 1.0)
         if touched:
-            check_capacity(policy, now, self.cluster, new_used, np.unique(touched),
-                           _holders_after(plan, self.running), capacity=self.capacity)
+            nodes = np.fromiter(sorted(touched), dtype=np.int64, count=len(touched))
+            after = self.used[nodes] + np.array([delta[n] for n in nodes.tolist()])
+            check_capacity(policy, now, self.cluster, after, nodes, _holders_after(plan, self.running),
+                           capacity=self.capacity)
 
     def apply(self, action: Action, now: float) -> JobState:
         """The lifecycle part of one Action (the driver does the rest: rates, processes)."""

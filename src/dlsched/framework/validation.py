@@ -44,20 +44,21 @@ def check_shape(policy: str, now: float, spec: JobSpec, alloc: Allocation, clust
 
 
 def check_capacity(
-    policy: str, now: float, cluster: Cluster, used: np.ndarray, touched: np.ndarray, holders,
+    policy: str, now: float, cluster: Cluster, after: np.ndarray, touched: np.ndarray, holders,
     capacity: np.ndarray | None = None,
 ) -> None:
-    """`used` is the use after the plan; `holders(node)` names the jobs on a node (error path only).
-    `capacity` is what the nodes offer now (a failed node offers 0); the cluster's by default."""
+    """`after[i]` is node `touched[i]`'s use after the plan; `holders(node)` names the jobs on a
+    node (error path only). `capacity` is what the nodes offer now (a failed node offers 0); the
+    cluster's by default."""
     cap = cluster.capacity if capacity is None else capacity
-    over = used[touched] > cap[touched] + 1e-6
+    over = after > cap[touched] + 1e-6
     if not over.any():
         return
     i, r = np.argwhere(over)[0]
     node = int(touched[i])
     raise PlanError(
         f"policy {policy!r} at t={now:.1f} over-allocates node {cluster.node_names[node]}: "
-        f"{RESOURCES[r]} {used[node, r]:g} > capacity {cap[node, r]:g}"
+        f"{RESOURCES[r]} {after[i, r]:g} > capacity {cap[node, r]:g}"
         f"{' (the node is down)' if not cap[node].any() else ''}; "
         f"jobs there: {', '.join(holders(node))}"
     )

@@ -82,9 +82,7 @@ def describe_problems(errors: list[dict[str, Any]]) -> str:
         if loc and loc[0] == "body":
             loc = loc[1:]
         where = ".".join(loc) or "request body"
-        msg = str(err.get("msg", "invalid"))
-        if msg.startswith("Value error, "):
-            msg = msg[len("Value error, "):]
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         lines.append(f"{where}: {msg}")
     return "; ".join(lines)
 

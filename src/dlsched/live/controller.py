@@ -91,10 +91,6 @@ class Controller:
         policy.reset(self.cluster, seed)
         self._recover()
 
-    @property
-    def last_plan_error(self) -> str:
-        return self.last_error
-
     def now(self) -> float:
         """Seconds since the service's epoch: the policies' clock."""
         return self.clock() - self.epoch

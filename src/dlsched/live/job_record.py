@@ -5,6 +5,7 @@ this file holds the bookkeeping a restart depends on (allocations by node name, 
 from __future__ import annotations
 
 import json
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -129,8 +130,6 @@ class JobRecord:
     def forget(self, job_id: str, metrics) -> None:
         self._published.pop(job_id, None)
         if metrics is not None:
-            try:
+            with suppress(KeyError):
                 metrics.job_steps_per_second.remove(job_id)
-            except KeyError:
-                pass
 

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 import uuid
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -178,10 +179,8 @@ class LocalBackend(RankBackend):
                                        stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                        start_new_session=True)
         rk.pid = rk.proc.pid
-        try:
+        with suppress(psutil.Error):  # already gone: observe reports it
             rk.create_time = psutil.Process(rk.pid).create_time()
-        except psutil.Error:  # already gone: observe reports it
-            pass
         return rk
 
     def _poll_ranks(self, ranks: list[LocalRank], now: float) -> None:
@@ -205,10 +204,8 @@ class LocalBackend(RankBackend):
             except ProcessLookupError:
                 pass
             except PermissionError:  # not a group leader after all: the process alone
-                try:
+                with suppress(ProcessLookupError, PermissionError):
                     os.kill(rk.pid, sig)
-                except (ProcessLookupError, PermissionError):
-                    pass
 
     def _wait(self, ranks: list[LocalRank], timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 import uuid
+from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -49,10 +50,8 @@ def _clean_env() -> dict[str, str]:
 
 
 def _killpg(pid: int, sig: int) -> None:
-    try:
+    with suppress(ProcessLookupError):
         os.killpg(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 class RayStandbyPool:

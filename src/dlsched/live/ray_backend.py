@@ -34,6 +34,7 @@ from __future__ import annotations
 import signal
 import time
 import uuid
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -295,15 +296,11 @@ class RayBackend(RankBackend):
                 rk.pool.signal.remote(int(rk.pid), int(signal.SIGKILL))
         for rk in run.ranks:
             if rk.actor is not None:
-                try:
+                with suppress(RayError):
                     ray.kill(rk.actor, no_restart=True)
-                except RayError:
-                    pass
         if run.pg is not None:
-            try:
+            with suppress(RayError):
                 remove_placement_group(run.pg)
-            except RayError:
-                pass
         run.released = True
 
     # ------------------------------------------------------------------ close
@@ -311,14 +308,10 @@ class RayBackend(RankBackend):
         self._stop_runs([j.run for j in self.jobs.values()], 30.0)
         self.jobs.clear()
         for pool in self._pools.values():
-            try:
+            with suppress(RayError):
                 ray.get(pool.close.remote(), timeout=30)
-            except RayError:
-                pass
-            try:
+            with suppress(RayError):
                 ray.kill(pool, no_restart=True)
-            except RayError:
-                pass
         self._pools.clear()
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
@@ -335,10 +328,8 @@ class RayBackend(RankBackend):
             return []
         for rk in job.run.ranks:
             if rk.where is None and rk.where_ref is not None:
-                try:
+                with suppress(RayError):
                     rk.where = ray.get(rk.where_ref, timeout=30)
-                except RayError:
-                    pass
         by_id = {n.node_id: n.name for n in self._nodes}
         return [{"rank": rk.rank, "role": rk.role, "node": rk.node,
                  "ray_node": by_id.get(rk.where["node_id"]) if rk.where else None,

@@ -33,7 +33,7 @@ import os
 import shutil
 import subprocess
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
@@ -185,8 +185,7 @@ class LocalRayCluster:
         from ray.cluster_utils import Cluster
 
         common = dict(node_ip_address="127.0.0.1", num_cpus=cpus_per_node, object_store_memory=object_store_memory)
-        names = list(nodes)
-        self.names = names
+        self.names = names = list(nodes)
         def args(name: str) -> dict:
             gpus = int(nodes[name]) if slot_resource == "GPU" else 0  # Ray counts GPUs it is told of
             return dict(resources=self._resources(name, nodes[name], slot_resource, node_resource_prefix),
@@ -222,10 +221,8 @@ class LocalRayCluster:
             for procs in node.all_processes.values():
                 for p in procs:
                     out.add(p.process.pid)
-                    try:
+                    with suppress(psutil.NoSuchProcess):
                         out.update(c.pid for c in psutil.Process(p.process.pid).children(recursive=True))
-                    except psutil.NoSuchProcess:
-                        pass
         return out
 
     def close(self, extra_pids: set[int] | None = None, timeout: float = 15.0) -> list[int]:

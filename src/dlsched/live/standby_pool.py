@@ -39,6 +39,7 @@ import subprocess
 import threading
 import time
 import uuid
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
@@ -108,12 +109,10 @@ def give_command(w: Warm, argv: list[str], env: dict[str, str], log_path: Path) 
         os.replace(w.log, log_path)
         w.log = log_path
     except OSError:  # another filesystem: leave the file, point at it
-        try:
+        with suppress(OSError):
             if log_path.is_symlink() or log_path.exists():
                 log_path.unlink()
             log_path.symlink_to(w.log)
-        except OSError:
-            pass
     if w.nice:
         _renice(w.pid, 0)
     assert w.proc is not None and w.proc.stdin is not None
@@ -195,16 +194,12 @@ class LocalStandbyPool:
         for w in pool:
             _kill(w.proc)
         for w in pool:
-            try:
+            with suppress(subprocess.TimeoutExpired):
                 w.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
             if w.proc.stdin:
                 w.proc.stdin.close()
-            try:
+            with suppress(OSError):
                 w.log.unlink()
-            except OSError:
-                pass
 
     # ------------------------------------------------------------------ background
     def _loop(self) -> None:
@@ -229,10 +224,8 @@ class LocalStandbyPool:
                             self.supported = False
                             log.info("trainer has no usable --standby mode; cold starts only (%s)",
                                      self.last_error)
-                    try:
+                    with suppress(OSError):
                         w.log.unlink()
-                    except OSError:
-                        pass
                 elif not w.ready and says_ready(w.log):
                     w.ready = True
                     self.supported = True
@@ -271,10 +264,8 @@ def says_ready(path: str | Path) -> bool:
 
 def _kill(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
-        try:
+        with suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def _can_unnice() -> bool:
@@ -288,7 +279,5 @@ def _renice(pid: int, nice: int) -> None:
     except OSError:
         tids = [pid]
     for tid in tids:
-        try:
+        with suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, tid, nice)
-        except OSError:
-            pass

@@ -202,7 +202,6 @@ class Store:
     def __init__(self, url: str):
         self.url = url
         self.engine = _make_engine(url)
-        self._sqlite = self.engine.dialect.name == "sqlite"
         # SQLite allows one writer; serialising our own writes avoids busy retries between the
         # API's threads and the controller (other processes still wait on busy_timeout).
         self._write_lock = threading.RLock()

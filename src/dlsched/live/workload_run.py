@@ -81,9 +81,7 @@ def run_workload(
             ended = sum(1 for jid, _ in ids if store.get(jid).status not in ("queued", "running"))
             if on_tick is not None:
                 on_tick(ended, len(arrivals))
-            if not todo and ended == len(arrivals):
-                break
-            if now - t0 > timeout:
+            if (not todo and ended == len(arrivals)) or now - t0 > timeout:
                 break
             time.sleep(tick)
     finally:

@@ -50,10 +50,9 @@ class TimeAxis:
     def bins_text(self) -> str:
         """E.g. "mean over 500 bins of 10.5 min", for plot titles."""
         w = float(self.edges[1] - self.edges[0])
-        for size, name in ((86400.0, "days"), (3600.0, "h"), (60.0, "min"), (1.0, "s")):
-            if w >= size or size == 1.0:
-                return f"mean over {len(self.edges) - 1} bins of {w / size:.3g} {name}"
-        raise AssertionError("unreachable")
+        size, name = next((s, n) for s, n in ((86400.0, "days"), (3600.0, "h"), (60.0, "min"), (1.0, "s"))
+                          if w >= s or s == 1.0)
+        return f"mean over {len(self.edges) - 1} bins of {w / size:.3g} {name}"
 
     @classmethod
     def for_results(cls, results: Sequence[SimResult], points: int = GRID_POINTS) -> "TimeAxis":
@@ -61,10 +60,8 @@ class TimeAxis:
         ends = [float(r.timeline["t"].iloc[-1]) for r in results if len(r.timeline)]
         t0 = min(starts) if starts else 0.0
         t1 = max(ends) if ends else 1.0
-        if t1 <= t0:
-            t1 = t0 + 1.0
-        span = t1 - t0
-        unit, name = (86400.0, "days") if span > 3 * 86400 else (3600.0, "hours")
+        t1 = t1 if t1 > t0 else t0 + 1.0
+        unit, name = (86400.0, "days") if t1 - t0 > 3 * 86400 else (3600.0, "hours")
         return cls(np.linspace(t0, t1, points + 1), t0, unit, name)
 
 

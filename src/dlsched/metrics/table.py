@@ -76,13 +76,8 @@ def _number(value: Any) -> float:
 
 def comparison_table(results: Sequence[SimResult]) -> pd.DataFrame:
     """One row per policy: counts, JCT percentiles (hours), utilization, deadlines, waste, churn."""
-    rows = []
-    for label, r in zip(policy_labels(results), results):
-        row: dict[str, Any] = {"policy": label}
-        for c in COLUMNS:
-            v = _number(r.summary.get(c.source))
-            row[c.key] = v / c.scale
-        rows.append(row)
+    rows = [{"policy": label, **{c.key: _number(r.summary.get(c.source)) / c.scale for c in COLUMNS}}
+            for label, r in zip(policy_labels(results), results)]
     df = pd.DataFrame(rows, columns=["policy", *(c.key for c in COLUMNS)])
     for k in _INT_KEYS:  # counts are always present in a summary; keep them integers
         if df[k].notna().all():
@@ -166,9 +161,5 @@ def _json_value(v: Any) -> Any:
 
 def summary_rows(results: Sequence[SimResult]) -> list[dict]:
     """Each policy's full summary dict (the raw units: seconds, fractions), JSON-serialisable."""
-    rows = []
-    for label, r in zip(policy_labels(results), results):
-        row = {k: _json_value(v) for k, v in r.summary.items()}
-        row["policy"] = label
-        rows.append(row)
-    return rows
+    return [{**{k: _json_value(v) for k, v in r.summary.items()}, "policy": label}
+            for label, r in zip(policy_labels(results), results)]

@@ -42,6 +42,7 @@ import numpy as np
 from dlsched.core.allocation import Allocation
 from dlsched.core.cluster import Cluster
 from dlsched.core.errors import ConfigError
+from dlsched.core.job import JobSpec
 from dlsched.core.plan import Plan
 from dlsched.core.policy import Policy
 from dlsched.framework.packing import take
@@ -49,6 +50,7 @@ from dlsched.core.snapshot import JobState, Snapshot
 from dlsched.policies.phases.gang import Gang, bind_pods
 from dlsched.policies.phases.locality import Locality
 from dlsched.policies.phases.placement import Spread
+from dlsched.policies.phases.queues import Line
 from dlsched.policies.phases.scaling import scale_down_until, scale_up
 
 
@@ -80,23 +82,41 @@ class Dragon(Policy):
 
     def reset(self, cluster: Cluster | None, seed: int) -> None:
         self._last_action = 0.0
+        self._line = Line()  # waiting jobs in arrival order, by gang shape
+        self._rigid = True  # no job seen so far can change size: nothing to scale down or up
+
+    def _follow(self, snap: Snapshot) -> None:
+        """Keep the waiting line by the snapshot's deltas; rebuild it when its count disagrees."""
+        line = self._line
+        for job in (*snap.arrived, *snap.stopped):
+            self._rigid &= job.spec.max_workers == job.spec.min_workers
+            if job.job_id not in line:
+                line.add(job, job.rank, _shape(job.spec) if self.gang else None)
+        for job in snap.finished:
+            line.remove(job.job_id)
+        if len(line) != snap.num_pending:
+            line = self._line = Line()
+            for job in snap.pending:
+                line.add(job, job.rank, _shape(job.spec) if self.gang else None)
+            self._rigid = all(j.spec.max_workers == j.spec.min_workers for j in (*snap.running, *snap.pending))
 
     # ------------------------------------------------------------------ the three phases
     def schedule(self, snap: Snapshot) -> Plan:
         now = snap.now
         if {"arrival", "completion"} & set(snap.events):
             self._last_action = now
-        plan = Plan(allocations={j.job_id: j.allocation for j in snap.running})
-        plan.held = {j.job_id: j.held for j in snap.pending if j.held is not None}
+        self._follow(snap)
+        line = self._line
+        plan = Plan(keep_running=True)  # lists only the jobs that start or change size
+        if not self.gang:
+            plan.held = {j.job_id: j.held for j in snap.pending if j.held is not None}
         free = np.array(snap.free, dtype=float)
-        waiting = sorted(snap.pending, key=lambda j: j.rank)
-        running = sorted(snap.running, key=lambda j: (j.first_start or 0.0, j.rank))
         acted = False
 
-        head = waiting[0] if waiting else None
+        head = next(line.walk(), None)
         try_queue = True
         if self.scaling and head is not None and head.waiting_since(now) >= self.starvation_s:
-            shrunk = self._scale_down_for(snap, head, running, plan.allocations, free)
+            shrunk = self._scale_down_for(snap, head, free)
             if shrunk is None:
                 try_queue = self.backfill_past_starving
             elif shrunk:
@@ -104,29 +124,32 @@ class Dragon(Policy):
                 acted = True
 
         if try_queue:
-            for job in waiting:
+            failed: set[tuple] = set()  # gang shapes that did not fit: free only shrinks this call
+            started = []
+            for job in line.walk(skip=failed.__contains__ if self.gang else None):
                 if self._start(snap, job, free, plan):
                     acted = True
+                    if job.job_id in plan.allocations:
+                        started.append(job.job_id)
+                elif self.gang:
+                    failed.add(_shape(job.spec))
+            for jid in started:
+                line.remove(jid)
 
-        still_waiting = [j for j in waiting if j.job_id not in plan.allocations]
-        if self.scaling and not still_waiting and running and now - self._last_action >= self.idle_s:
-            grown = scale_up(snap.cluster, running, plan.allocations, free, local_first=self.locality)
+        first_waiting = next(line.walk(), None)
+        if (self.scaling and not self._rigid and first_waiting is None and snap.num_running
+                and now - self._last_action >= self.idle_s):
+            allocs = {j.job_id: j.allocation for j in snap.running} | plan.allocations
+            grown = scale_up(snap.cluster, _by_start(snap), allocs, free, local_first=self.locality)
             if grown:
                 plan.allocations.update(grown)
                 acted = True
         if acted:
             self._last_action = now
-        plan.wake_at = self._next_timer(now, still_waiting, bool(plan.allocations))
+        plan.wake_at = self._next_timer(now, first_waiting, bool(snap.num_running or plan.allocations))
         return plan
 
-    def _scale_down_for(
-        self,
-        snap: Snapshot,
-        head: JobState,
-        running: list[JobState],
-        allocs: dict[str, Allocation],
-        free: np.ndarray,
-    ) -> dict[str, Allocation] | None:
+    def _scale_down_for(self, snap: Snapshot, head: JobState, free: np.ndarray) -> dict[str, Allocation] | None:
         spec = head.spec
 
         def fits(room: np.ndarray) -> bool:
@@ -135,8 +158,11 @@ class Dragon(Policy):
             return self.place.place(snap.cluster, room, spec, spec.min_workers, spec.num_ps) is not None
 
         # the released controller walks the running queue in order; jobs already at their
-        # minimum have nothing to give
-        donors = [j for j in running if allocs[j.job_id].num_workers > j.spec.min_workers]
+        # minimum have nothing to give (and when every job is rigid, none has)
+        if self._rigid:
+            return scale_down_until([], {}, free, fits)
+        allocs = {j.job_id: j.allocation for j in snap.running}
+        donors = [j for j in _by_start(snap) if allocs[j.job_id].num_workers > j.spec.min_workers]
         return scale_down_until(donors, allocs, free, fits)
 
     def _start(self, snap: Snapshot, job: JobState, free: np.ndarray, plan: Plan) -> bool:
@@ -165,17 +191,29 @@ class Dragon(Policy):
         plan.held[job.job_id] = bound
         return bound != before
 
-    def _next_timer(self, now: float, waiting: list[JobState], anything_runs: bool) -> float | None:
+    def _next_timer(self, now: float, first_waiting: JobState | None, anything_runs: bool) -> float | None:
         if not self.scaling:
             return None
         times = []
-        if waiting:
-            due = now + max(0.0, self.starvation_s - waiting[0].waiting_since(now))
+        if first_waiting is not None:
+            due = now + max(0.0, self.starvation_s - first_waiting.waiting_since(now))
             if due > now:
                 times.append(due)
         elif anything_runs and self._last_action + self.idle_s > now:
             times.append(self._last_action + self.idle_s)
         return min(times) if times else None
+
+
+def _by_start(snap: Snapshot) -> list[JobState]:
+    """The running queue: in the order jobs started."""
+    return sorted(snap.running, key=lambda j: (j.first_start or 0.0, j.rank))
+
+
+def _shape(spec: JobSpec) -> tuple:
+    """What decides whether a gang fits: two jobs of one shape fit the same free nodes."""
+    steps = spec.extra.get("ps_steps")  # the PS count of a gang (`ps_for`) may follow a table
+    return (spec.num_workers, spec.num_ps, spec.min_workers, spec.min_ps, spec.max_ps, spec.worker_demand,
+            spec.ps_demand, spec.gpu_type, tuple(map(tuple, steps)) if steps else None)
 
 
 def _minus(a: Allocation, b: Allocation | None) -> Allocation:

@@ -86,24 +86,23 @@ class KubeDefault(Policy):
                 self._need[p.shape(kind)] += 1
 
     def _sync(self, snap: Snapshot) -> None:
-        """Start tracking newly submitted jobs. The engine appends arrivals to its pending list,
-        so they are found from the end; anything unexpected falls back to a full comparison."""
-        pending = snap.pending
-        new = len(pending) - len(self._waiting)
-        found: list[JobState] = []
-        if new > 0:
-            for job in reversed(pending):
-                if job.index not in self._waiting:
-                    found.append(job)
-                    if len(found) == new:
-                        break
-        if len(found) != max(new, 0) or new < 0:
+        """Track the jobs that queued since the last call (arrived, or stopped by a failure) and
+        forget those that left while waiting, from the snapshot's deltas. When the count does not
+        add up (a wrapper skipped a call, so deltas were missed), compare with the whole queue."""
+        for job in snap.finished:
+            if job.index in self._waiting:
+                self._forget(job.index)
+        for job in sorted(snap.arrived + snap.stopped, key=lambda j: (j.spec.submit_time, j.index)):
+            if job.index not in self._waiting:
+                self._track(job)
+        if snap.num_pending != len(self._waiting):
+            pending = snap.pending
             alive = {j.index for j in pending}
             for idx in [i for i in self._waiting if i not in alive]:
                 self._forget(idx)
-            found = [j for j in pending if j.index not in self._waiting]
-        for job in sorted(found, key=lambda j: (j.spec.submit_time, j.index)):
-            self._track(job)
+            for job in sorted((j for j in pending if j.index not in self._waiting),
+                              key=lambda j: (j.spec.submit_time, j.index)):
+                self._track(job)
 
     def _forget(self, idx: int) -> None:
         p = self._waiting.pop(idx)
@@ -120,7 +119,7 @@ class KubeDefault(Policy):
     # ------------------------------------------------------------------ scheduling
     def schedule(self, snap: Snapshot) -> Plan:
         self._sync(snap)
-        plan = Plan(allocations={j.job_id: j.allocation for j in snap.running})
+        plan = Plan(keep_running=True)  # never preempts: the plan lists only the jobs that start
         room: np.ndarray | None = None
         failed: set[tuple] = set()
         started: list[int] = []

@@ -10,14 +10,16 @@ instead of re-sorting every job on every call.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any, Iterator
 
 from dlsched.core.cluster import Cluster
 from dlsched.core.plan import Plan
 from dlsched.core.policy import (
     Admission, Keyed, Observer, Ordering, Placement, Policy, Resets, SizeOne, Sizing, Wakes,
 )
-from dlsched.core.snapshot import Snapshot
+from dlsched.core.snapshot import JobState, Snapshot
 from dlsched.policies.phases.queues import Book
 from dlsched.policies.phases.realise import PREEMPT, Preempt, Realiser, ShrinkRule, gpus_of, realise
 
@@ -134,15 +136,38 @@ class PhasedPolicy(Policy):
         return Plan(allocations=started, keep_running=True, preempt=set(r.preempted), wake_at=self._wake(snap))
 
     def _walk_minimal(self, snap: Snapshot, book: Book, r: Realiser) -> None:
-        """Waiting jobs in key order. One that does not fit in what is free may preempt the
-        running jobs ranked below it, lowest first; only those are ranked (`Book.below`)."""
-        key, size_one = self.ordering.key, self._size_one  # type: ignore[attr-defined]
-        for job in book.line.walk():
-            k, (w, p) = key(snap, job), size_one(snap, job)
+        """Waiting jobs in key order. One that does not fit in what is free may preempt running
+        jobs ranked below it, lowest first (`Book.victims`, which keys only as many as it hands out).
+
+        When a job could not start even with every job below it preempted, those jobs' GPUs bound
+        what any later job could get (keys only grow along the walk), so from then on the walk
+        skips job sizes above free + that bound (a bound that only shrinks as the walk goes on)."""
+        size_one, line = self._size_one, book.line
+        room_below = [math.inf]  # GPUs of the running jobs below the walk's position, at most
+        for job in line.walk(lambda: r.free_gpus + room_below[0]):
+            k, (w, p) = line.key_of(job.job_id), size_one(snap, job)  # type: ignore[misc]
             if r.offer(job, w, p, key=k) is not None:
                 continue
-            victims = book.below(snap, k)
-            if victims:
-                r.allow(iter(victims[::-1]), sum(gpus_of(v.spec, v.num_workers, v.num_ps) for _, v in victims))
-                r.offer(job, w, p, key=k)
-                r.allow(iter(()), 0.0)
+            victims = _Counted(book.victims(snap, k))
+            r.allow(victims, math.inf)  # `victims` is exhausted when the offer fails
+            before = len(r.preempted)
+            if r.offer(job, w, p, key=k) is None:
+                room_below[0] = victims.gpus
+            else:
+                room_below[0] -= sum(gpus_of(v.spec, v.num_workers, v.num_ps) for v in list(r.preempted.values())[before:])
+            r.allow(iter(()), 0.0)
+
+
+class _Counted:
+    """An iterator of (key, job) that adds up the GPUs of the jobs it has handed out."""
+
+    def __init__(self, it: Iterator[tuple[Any, JobState]]):
+        self.it, self.gpus = it, 0.0
+
+    def __iter__(self) -> "_Counted":
+        return self
+
+    def __next__(self) -> tuple[Any, JobState]:
+        k, v = next(self.it)
+        self.gpus += gpus_of(v.spec, v.num_workers, v.num_ps)
+        return k, v

@@ -132,21 +132,15 @@ class SlotBuilder:
         for job in self.jobs:
             spec = job.spec
             placed: list[tuple[int, int]] = []
-            ok = True
-            for role, n in ((PS, spec.min_ps), (WORKER, spec.min_workers)):
-                for _ in range(n):
-                    node = self._add(job, role)
-                    if node < 0:
-                        ok = False
-                        break
-                    placed.append((node, role))
-                if not ok:
+            for role in [PS] * spec.min_ps + [WORKER] * spec.min_workers:
+                node = self._add(job, role)
+                if node < 0:
+                    for node, role in placed:
+                        self._remove(job, node, role)
+                    self.counts[job.job_id] = {}
+                    self._totals[job.job_id] = [0, 0]
                     break
-            if not ok:
-                for node, role in placed:
-                    self._remove(job, node, role)
-                self.counts[job.job_id] = {}
-                self._totals[job.job_id] = [0, 0]
+                placed.append((node, role))
 
     # ------------------------------------------------------------------ the agent's view
     def window_jobs(self) -> list[JobState]:

@@ -13,11 +13,8 @@ Parameters live in `spec.extra` under the names in `PARAMS`.
 
 from __future__ import annotations
 
-import math
-
 from dlsched.core.allocation import Allocation
 from dlsched.core.cluster import Cluster
-from dlsched.core.errors import ConfigError
 from dlsched.core.job import JobSpec
 from dlsched.throughput.base import ThroughputModel
 
@@ -31,14 +28,6 @@ PARAMS = ("epochs", "chunks", "minibatches", "tau_s", "grad_mb", "worker_gbps", 
 def minibatch_seconds(extra: dict) -> float:
     """tau + 2e/b: one mini-batch of one worker, in seconds (1 Gbit = 125 MB)."""
     return float(extra["tau_s"]) + 2.0 * float(extra["grad_mb"]) * 8.0 / 1000.0 / float(extra["worker_gbps"])
-
-
-def check_params(spec: JobSpec) -> None:
-    missing = [k for k in PARAMS if k not in spec.extra]
-    if missing:
-        raise ConfigError(f"job {spec.job_id!r} ({MODEL_KEY}): extra lacks {', '.join(missing)}")
-    if any(not (float(spec.extra[k]) > 0 and math.isfinite(float(spec.extra[k]))) for k in PARAMS):
-        raise ConfigError(f"job {spec.job_id!r} ({MODEL_KEY}): every one of {', '.join(PARAMS)} must be > 0")
 
 
 class OASiSModel(ThroughputModel):

@@ -17,14 +17,6 @@ from dlsched.traces.synthetic import synthetic_workload
 from dlsched.traces.workload import Workload, trace_info
 
 __all__ = [
-    "FORMATS",
-    "Workload",
-    "default_workload",
-    "detect_format",
-    "dl2_workload",
-    "load_trace",
-    "synthetic_workload",
-    "trace_info",
-    "validate_trace",
-    "write_trace",
+    "FORMATS", "Workload", "default_workload", "detect_format", "dl2_workload", "load_trace",
+    "synthetic_workload", "trace_info", "validate_trace", "write_trace",
 ]

@@ -134,8 +134,7 @@ def timestamps(df: pd.DataFrame, col: str, log: ProblemLog, fmt: str | None = No
         want = f" (expected {fmt})" if fmt else ""
         log.add_rows(bad, lines, col, lambda i: f"not a date-time{want}: {str(vals[i])!r}")
     secs = ts.to_numpy(dtype="datetime64[ns]").astype("int64") / 1e9
-    secs = np.where(ts.isna().to_numpy(), np.nan, secs)
-    return secs
+    return np.where(ts.isna().to_numpy(), np.nan, secs)
 
 
 def unique_ids(ids: np.ndarray, lines: np.ndarray, log: ProblemLog, col: str = "job_id") -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from dlsched.trainer import checkpoint
-from dlsched.trainer.models import Task, build_model
+from dlsched.trainer.models import build_model
 
 
 @dataclass
@@ -70,10 +70,6 @@ def initial_state(run: Run) -> tuple[torch.nn.Module, dict | None]:
 def checkpoint_state(run: Run, step: int, params: dict, opt_state: dict) -> dict:
     return {"model": run.model, "width": run.width, "seed": run.seed, "step": step, "lr": run.lr,
             "params": params, "opt": opt_state, "rng": torch.random.get_rng_state()}
-
-
-def make_task(run: Run) -> Task:
-    return Task(run.model, run.seed)
 
 
 class Clock:

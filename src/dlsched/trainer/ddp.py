@@ -10,8 +10,8 @@ import torch
 import torch.distributed as dist
 
 from dlsched.trainer import checkpoint
-from dlsched.trainer.common import Clock, Run, checkpoint_state, initial_state, loopback_hints, make_task
-from dlsched.trainer.models import share
+from dlsched.trainer.common import Clock, Run, checkpoint_state, initial_state, loopback_hints
+from dlsched.trainer.models import Task, share
 from dlsched.trainer.report import Reporter
 from dlsched.trainer.signals import STOP
 
@@ -32,7 +32,7 @@ def run_ddp(run: Run) -> None:
         checkpoint.load_opt_state(opt, named, state["opt"])
         start = int(state["step"])
     t_load = time.time()
-    task = make_task(run)
+    task = Task(run.model, run.seed)
     lo, hi = share(run.batch_size, run.workers, run.rank)
     rep = Reporter(run.job_dir, run.run_id, run.workers, 0, run.batch_size, run.report_every) if run.reporting else None
     n = sum(p.numel() for p in params)

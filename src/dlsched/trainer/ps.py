@@ -19,8 +19,8 @@ import torch
 import torch.distributed.rpc as rpc
 
 from dlsched.trainer import checkpoint
-from dlsched.trainer.common import Clock, Run, checkpoint_state, initial_state, loopback_hints, make_task
-from dlsched.trainer.models import build_model, share
+from dlsched.trainer.common import Clock, Run, checkpoint_state, initial_state, loopback_hints
+from dlsched.trainer.models import Task, build_model, share
 from dlsched.trainer.report import Reporter
 from dlsched.trainer.signals import STOP
 
@@ -162,7 +162,7 @@ def _work(run: Run) -> int:
         start = s
         _assign(named, shard)
     t_load = time.time()
-    task = make_task(run)
+    task = Task(run.model, run.seed)
     lo, hi = share(run.batch_size, run.workers, j)
     shards = [shard_names(names, run.num_ps, i) for i in range(run.num_ps)]
     rep = Reporter(run.job_dir, run.run_id, run.workers, run.num_ps, run.batch_size, run.report_every) if run.reporting else None

@@ -171,12 +171,15 @@ class EarliestDeadline:
 
     late: Callable[[], dict[str, str]] | None = None
 
+    def key(self, snap: Snapshot, job: JobState, late: dict[str, str] | None = None) -> tuple:
+        """Fixed while a job waits when no job is ever late (plain EDF), so a `PhasedPolicy`
+        keeps its waiting line across calls instead of re-sorting every job on every call."""
+        if late is None:
+            late = self.late() if self.late is not None else {}
+        d = job.spec.deadline
+        group = 2 if job.job_id in late else (1 if d is None else 0)
+        return (group, d if d is not None else 0.0, job.rank)
+
     def order(self, snap: Snapshot, jobs: list[JobState]) -> list[JobState]:
         late = self.late() if self.late is not None else {}
-
-        def key(j: JobState) -> tuple:
-            d = j.spec.deadline
-            group = 2 if j.job_id in late else (1 if d is None else 0)
-            return (group, d if d is not None else 0.0, j.rank)
-
-        return sorted(jobs, key=key)
+        return sorted(jobs, key=lambda j: self.key(snap, j, late))

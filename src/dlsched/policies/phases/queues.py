@@ -54,7 +54,8 @@ class Entry:
 
 
 class Line:
-    """Waiting jobs in key order, indexed by GPU count, so a walk skips sizes that cannot fit.
+    """Waiting jobs in key order, indexed by size (a GPU count, or any hashable size class such
+    as a gang's shape), so a walk skips sizes that cannot fit.
 
     Keys are any comparable values (a rank, a remaining time, a position in a queue); two jobs
     with equal keys go in job-id order. Nothing may join or leave the line while a walk is on.
@@ -84,19 +85,25 @@ class Line:
         if not group:
             del self._groups[gpus]
 
-    def walk(self, limit: Callable[[], float] | None = None) -> Iterator[JobState]:
+    def key_of(self, job_id: str) -> Any:
+        """The key a waiting job joined the line with."""
+        return self._jobs[job_id][1]
+
+    def walk(self, limit: Callable[[], float] | None = None,
+             skip: Callable[[Any], bool] | None = None) -> Iterator[JobState]:
         """Jobs in key order; with `limit`, only sizes up to `limit()` (which may only shrink
-        while the walk goes on)."""
-        cap = math.inf if limit is None else limit() + 1e-9
-        heap = [(g[0][0], g[0][1], gpus, 0) for gpus, g in self._groups.items() if gpus <= cap]
+        while the walk goes on); with `skip`, not the sizes `skip(size)` rules out (once ruled
+        out, a size stays out for the rest of the walk)."""
+        cap = None if limit is None else limit() + 1e-9
+        heap = [(g[0][0], g[0][1], size, 0) for size, g in self._groups.items() if cap is None or size <= cap]
         heapq.heapify(heap)
         while heap:
-            _, jid, gpus, i = heapq.heappop(heap)
-            if limit is not None and gpus > limit() + 1e-9:
+            _, jid, size, i = heapq.heappop(heap)
+            if (limit is not None and size > limit() + 1e-9) or (skip is not None and skip(size)):
                 continue  # this size cannot fit any more this call
-            group = self._groups[gpus]
+            group = self._groups[size]
             if i + 1 < len(group):
-                heapq.heappush(heap, (group[i + 1][0], group[i + 1][1], gpus, i + 1))
+                heapq.heappush(heap, (group[i + 1][0], group[i + 1][1], size, i + 1))
             yield self._jobs[jid][0]
 
 
@@ -274,8 +281,9 @@ class Book:
         self.line = Line()
         self._fresh = True
         # Upper bounds of running jobs' keys, for keys that only shrink while a job runs (a
-        # remaining time): its key when first seen running. (bound, seq, job id, job), sorted;
-        # entries whose (bound, seq) is no longer the job's are stale (it stopped, or restarted).
+        # remaining time): its key when it started, lowered to its key whenever it is keyed.
+        # (bound, seq, job id, job), sorted; entries whose (bound, seq) is no longer the job's are
+        # stale (it stopped, restarted, or got a lower bound).
         self._bounds: list[tuple[Any, int, str, JobState]] = []
         self._bound_of: dict[str, tuple[Any, int]] = {}
         self._seq = 0
@@ -310,10 +318,44 @@ class Book:
             self._unbounded.append(job)
         self.running = allocations
 
-    def below(self, snap: Snapshot, k: Any) -> list[tuple[Any, JobState]]:
-        """Running jobs whose key now is greater than `k`, best first, for a key that never grows
-        while a job runs: only jobs whose bound exceeds `k` are keyed, not every running job."""
+    def victims(self, snap: Snapshot, k: Any) -> Iterator[tuple[Any, JobState]]:
+        """Running jobs whose key now is greater than `k`, highest first (lowest priority first),
+        lazily: for a key that never grows while a job runs, each running job's last known key
+        bounds its key now from above, so a job is keyed only when its bound exceeds both `k` and
+        every key already found. Must not outlive the call (the plan being made) it was made for."""
+        self._refresh(snap)
+        bounds, running, bound_of, keys_now = self._bounds, self.running, self._bound_of, self._keys_now
+        found: list[tuple[Any, str, JobState]] = []  # keys now > k, ascending
+        for i in range(len(bounds) - 1, bisect_left(bounds, (k,)) - 1, -1):
+            b, seq, jid, job = bounds[i]
+            while found and found[-1][0] > b:  # greater than every key not looked at yet
+                x, _, v = found.pop()
+                yield x, v
+            if jid not in running or bound_of.get(jid) != (b, seq):
+                continue  # stale (stopped, preempted by this plan, or re-bounded)
+            x = keys_now.get(jid)
+            if x is None:
+                x = keys_now[jid] = self.key(snap, job)
+            if x > k:
+                insort(found, (x, jid, job))
+        while found:
+            x, _, v = found.pop()
+            yield x, v
+
+    def _refresh(self, snap: Snapshot) -> None:
+        """Once per call: bound the jobs started since (their key now), lower the bounds of jobs
+        keyed in the previous call to those keys (still upper bounds: keys only shrink), and drop
+        stale entries when they pile up."""
+        if self._keyed_at is snap:
+            return
         running, bound_of = self.running, self._bound_of
+        tighter = [(x, jid) for jid, x in self._keys_now.items() if jid in running and x < bound_of[jid][0]]
+        for x, jid in tighter:
+            self._seq += 1
+            job = self._bounds[bisect_left(self._bounds, bound_of[jid])][3]
+            bound_of[jid] = (x, self._seq)
+            insort(self._bounds, (x, self._seq, jid, job))
+        self._keyed_at, self._keys_now = snap, {}
         for jid, job in {j.job_id: j for j in self._unbounded}.items():  # started since: keyed once
             if jid in running:
                 self._seq += 1
@@ -322,15 +364,3 @@ class Book:
         self._unbounded = []
         if len(self._bounds) > 2 * len(running) + 64:
             self._bounds = [x for x in self._bounds if x[2] in running and bound_of.get(x[2]) == x[:2]]
-        if self._keyed_at is not snap:  # keys of running jobs, once per call
-            self._keyed_at, self._keys_now = snap, {}
-        keys_now, out = self._keys_now, []
-        for b, seq, jid, job in self._bounds[bisect_left(self._bounds, (k,)):]:
-            if jid in running and bound_of.get(jid) == (b, seq):
-                now = keys_now.get(jid)
-                if now is None:
-                    now = keys_now[jid] = self.key(snap, job)
-                if now > k:
-                    out.append((now, job))
-        out.sort(key=lambda x: x[0])
-        return out

@@ -38,7 +38,7 @@ from dlsched.core.allocation import Allocation
 from dlsched.core.cluster import GPU
 from dlsched.core.job import JobSpec
 from dlsched.core.policy import Placement
-from dlsched.framework.packing import keep_if_fits
+from dlsched.framework.packing import add_use, keep_if_fits
 from dlsched.core.snapshot import JobState, Snapshot
 from dlsched.policies.phases.sizing import ps_for
 
@@ -57,17 +57,6 @@ def fewer_workers(spec: JobSpec, workers: int, ps: int) -> Iterator[tuple[int, i
 
 def gpus_of(spec: JobSpec, workers: int, ps: int) -> float:
     return workers * spec.worker_demand[GPU] + ps * spec.ps_demand[GPU]
-
-
-def add_use(arr: np.ndarray, spec: JobSpec, alloc: Allocation, sign: float = 1.0) -> None:
-    """Add (sign 1) or remove (sign -1) an allocation's resources, row by row: most allocations
-    have one node or a few, where this is several times cheaper than a scatter-add."""
-    wd, pd = spec.worker_demand, spec.ps_demand
-    for n, w, p in zip(alloc.nodes, alloc.workers, alloc.ps):
-        row = arr[n]
-        row[0] += sign * (w * wd[0] + p * pd[0])
-        row[1] += sign * (w * wd[1] + p * pd[1])
-        row[2] += sign * (w * wd[2] + p * pd[2])
 
 
 class Realiser:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
+from dlsched.core.cluster import Cluster
 from dlsched.core.errors import ConfigError
 from dlsched.core.job import JobSpec
 from dlsched.core.snapshot import JobState, JobStatus, Snapshot
@@ -128,18 +129,11 @@ class DominantShareFilling:
         """One entity per job: rigid jobs are one cached unit; elastic ones grow bundle by bundle."""
         i0, i1, i2 = inv
         l0, l1, l2 = left
-        cache = self._rigid.setdefault(snap.cluster, {})
-        if len(cache) > 200_000:
-            cache.clear()
+        cache = self._units(snap.cluster)
         heap: list[tuple] = []
         for i, j in enumerate(jobs):
             s = j.spec
-            c = cache.get(s)
-            if c is None:
-                w, p = (s.num_workers, s.num_ps) if s.min_workers == s.max_workers else (s.min_workers, ps_for(s, s.min_workers, s.max_ps, per_worker=True))
-                wd, pd = s.worker_demand, s.ps_demand
-                n0, n1, n2 = w * wd[0] + p * pd[0], w * wd[1] + p * pd[1], w * wd[2] + p * pd[2]
-                c = cache[s] = (max(n0 * i0, n1 * i1, n2 * i2), s.min_workers == s.max_workers, w, p, n0, n1, n2)
+            c = cache.get(s) or self.first_unit(snap.cluster, s)
             heap.append((c[0], s.submit_time, j.index, i, c))
         heapq.heapify(heap)
         stop = self.stop_at_first_failure
@@ -175,6 +169,24 @@ class DominantShareFilling:
                     break
                 l0, l1, l2 = l0 - d0, l1 - d1, l2 - d2
                 workers[i], ps[i] = w, p
+
+    def _units(self, cluster: Cluster) -> dict:
+        cache = self._rigid.setdefault(cluster, {})
+        if len(cache) > 200_000:
+            cache.clear()
+        return cache
+
+    def first_unit(self, cluster: Cluster, s: JobSpec) -> tuple:
+        """A job's first unit, cached: (share after it, rigid?, workers, PSs, GPU, CPU, memory)."""
+        cache = self._units(cluster)
+        c = cache.get(s)
+        if c is None:
+            i0, i1, i2 = (1.0 / float(c) if c > 0 else 0.0 for c in cluster.total)
+            w, p = (s.num_workers, s.num_ps) if s.min_workers == s.max_workers else (s.min_workers, ps_for(s, s.min_workers, s.max_ps, per_worker=True))
+            wd, pd = s.worker_demand, s.ps_demand
+            n0, n1, n2 = w * wd[0] + p * pd[0], w * wd[1] + p * pd[1], w * wd[2] + p * pd[2]
+            c = cache[s] = (max(n0 * i0, n1 * i1, n2 * i2), s.min_workers == s.max_workers, w, p, n0, n1, n2)
+        return c
 
     def _fill_entities(self, jobs, inv, left, workers, ps, granted) -> None:
         """Queues or users: an entity's jobs share one dominant share, served in arrival order."""
