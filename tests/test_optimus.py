@@ -129,6 +129,34 @@ def test_rigid_admission_is_shortest_estimated_remaining_first(small_cluster):
     assert by.loc["j2", "start"] == pytest.approx(6000.0)
 
 
+@pytest.mark.parametrize("oracle", [False, True])
+def test_a_slot_that_keeps_every_job_skips_the_replan_with_the_same_result(small_cluster, oracle, monkeypatch):
+    # a full cluster with a queue ranked below it: the shortcut answers "keep running"; the
+    # re-plan it skips would have put every running job back on its own nodes and started nothing
+    import dlsched.policies.optimus as opt
+
+    checked = []
+    real = opt._keeps_everything
+
+    def keeps_everything(snap, sized):
+        kept = real(snap, sized)
+        if kept:
+            allocations = opt.realise(snap, ((c.js, c.w, c.p) for c in sized), opt._EVEN_THEN_PACK,
+                                      preempt="replan", shrink=opt._optimus_shrink)
+            assert allocations == {js.job_id: js.allocation for js in snap.running}
+            assert all(allocations[js.job_id] is js.allocation for js in snap.running)
+            checked.append(len(snap.pending))
+        return kept
+
+    monkeypatch.setattr(opt, "_keeps_everything", keeps_everything)
+    rng = np.random.default_rng(5)
+    jobs = [rigid_job(i, 30.0 * i, float(rng.uniform(500, 20000)), gpus=int(rng.choice([1, 2, 4, 8])))
+            for i in range(40)]
+    r = simulate(jobs, small_cluster, optimus(oracle=oracle), DurationOnly(), SimConfig())
+    assert r.summary["finished"] == len(jobs)
+    assert checked and max(checked) > 0  # it happened, with jobs waiting
+
+
 def test_elastic_allreduce_jobs_are_sized_between_min_and_max(small_cluster):
     jobs = [rigid_job(i, 100.0 * i, 2000.0, gpus=4, min_workers=2, max_workers=8) for i in range(6)]
     rec = Recorder(optimus())

@@ -11,11 +11,14 @@ from dlsched.core import Allocation, Clock, JobState, JobStatus
 from dlsched.core.policy import Every, Named, OnEvents, Oracle
 from dlsched.policies.phased import PhasedPolicy
 from dlsched.core.snapshot import Snapshot
+from dlsched.policies.drf import drf
+from dlsched.policies.edf import edf
 from dlsched.policies.fifo import fifo
-from dlsched.policies.phases.ordering import ByArrival, ShortestRemainingTime
-from dlsched.policies.phases.placement import Pack
+from dlsched.policies.phases.deadline import EarliestDeadline
+from dlsched.policies.phases.ordering import ByArrival, ShortestRemainingTime, Unordered
+from dlsched.policies.phases.placement import PLACEMENTS, Pack
 from dlsched.policies.phases.realise import realise
-from dlsched.policies.phases.sizing import Requested
+from dlsched.policies.phases.sizing import DominantShareFilling, Requested
 from dlsched.policies.srtf import srtf
 from tests.test_policies_baselines import job, node, run
 
@@ -149,4 +152,58 @@ def test_incremental_srtf_plans_exactly_as_the_list_path(seed):
     b = run(jobs, cluster, slow).jobs.set_index("job_id")
     assert a["preemptions"].sum() > 0  # the workload does exercise preemption
     np.testing.assert_array_equal(a["preemptions"].to_numpy(), b["preemptions"].to_numpy())
+    np.testing.assert_allclose(a["end"].to_numpy(), b["end"].to_numpy())
+
+
+class ListedDeadline(EarliestDeadline):
+    """EDF's order without its key: forces the list path."""
+
+    key = None  # type: ignore[assignment]
+
+    def order(self, snap, jobs):
+        return sorted(jobs, key=lambda j: EarliestDeadline.key(self, snap, j, {}))
+
+
+def _contended(seed: int, n: int, deadlines: bool = False) -> list:
+    rng = np.random.default_rng(seed)
+    jobs, t = [], 0.0
+    for i in range(n):
+        t += float(rng.exponential(25))
+        secs = float(np.exp(rng.normal(6, 1.5)))
+        kw = {"deadline": round(t + secs * float(rng.uniform(1, 4)), 1)} if deadlines and rng.random() < 0.7 else {}
+        jobs.append(job(f"r{i}", round(t, 1), secs, int(rng.choice([1, 1, 2, 4, 8])), **kw))
+    return jobs
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_incremental_drf_plans_exactly_as_the_phased_filling(seed):
+    # DRF's rigid fast path (a kept list, one pass) against the progressive filling + realiser
+    jobs, cluster = _contended(seed, 200), node(n=3, gpus=8)
+    fast = drf()
+    slow = PhasedPolicy(None, Unordered(), DominantShareFilling(), PLACEMENTS["least-loaded"], name="drf",
+                        preempt="minimal", shrink=True)
+    a = run(jobs, cluster, fast).jobs.set_index("job_id")
+    assert fast._fast  # every job rigid: the fast path served the whole run
+    b = run(jobs, cluster, slow).jobs.set_index("job_id")
+    assert a["preemptions"].sum() > 0  # the workload does exercise preemption
+    np.testing.assert_array_equal(a["preemptions"].to_numpy(), b["preemptions"].to_numpy())
+    np.testing.assert_allclose(a["end"].to_numpy(), b["end"].to_numpy())
+
+
+def test_drf_leaves_its_fast_path_for_an_elastic_job():
+    jobs = _contended(3, 40) + [job("elastic", 10.0, 500.0, 2, min_workers=1, max_workers=4)]
+    pol = drf()
+    run(jobs, node(n=3, gpus=8), pol)
+    assert not pol._fast
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_incremental_edf_plans_exactly_as_the_list_path(seed):
+    jobs, cluster = _contended(seed, 200, deadlines=True), node(n=3, gpus=8)
+    fast = edf()
+    slow = PhasedPolicy(None, ListedDeadline(), Requested(), PLACEMENTS["least-loaded"], name="edf")
+    assert fast._incremental and not slow._incremental
+    a = run(jobs, cluster, fast).jobs.set_index("job_id")
+    b = run(jobs, cluster, slow).jobs.set_index("job_id")
+    np.testing.assert_allclose(a["start"].to_numpy(), b["start"].to_numpy())
     np.testing.assert_allclose(a["end"].to_numpy(), b["end"].to_numpy())

@@ -10,9 +10,21 @@ from dlsched.core.errors import PlanError
 from dlsched.core.job import Architecture, JobSpec
 
 
+class _Where:
+    """'policy ... at t=...: job ...', the prefix of a plan error."""
+
+    __slots__ = ("policy", "now", "job_id")
+
+    def __init__(self, policy: str, now: float, job_id: str):
+        self.policy, self.now, self.job_id = policy, now, job_id
+
+    def __format__(self, spec: str) -> str:
+        return f"policy {self.policy!r} at t={self.now:.1f}: job {self.job_id!r}"
+
+
 def check_shape(policy: str, now: float, spec: JobSpec, alloc: Allocation, cluster: Cluster, gang: bool = True) -> None:
     """Gang (min..max workers, PS rules), node indices and GPU-type constraint of one allocation."""
-    where = f"policy {policy!r} at t={now:.1f}: job {spec.job_id!r}"
+    where = _Where(policy, now, spec.job_id)  # formatted only when a check fails
     if not isinstance(alloc, Allocation):
         raise PlanError(f"{where}: allocation must be an Allocation, got {type(alloc).__name__}")
     n = cluster.num_nodes

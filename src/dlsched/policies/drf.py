@@ -21,7 +21,7 @@ to DL2's least-loaded node, task by task.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,12 +44,14 @@ class Drf(PhasedPolicy):
     one entity per job, no stop at the first failure (a trace without elastic jobs).
 
     Then a job's only unit is fixed, so the progressive filling is one pass over all jobs in
-    (share, arrival) order granting each unit that still fits the cluster's total: the jobs stay
-    in a `Line` kept up by the snapshot's deltas, and the pass skips unit sizes larger than the
-    GPUs left. The realisation is the phased one's: granted running jobs keep their nodes,
-    running jobs not granted stop, granted waiting jobs are placed in that order in what is free
-    (a rigid job cannot shrink, and nothing ranks below a kept job). Same plans, less work; any
-    other case takes the phased path."""
+    (share, arrival) order granting each unit that still fits the cluster's total. The jobs stay in
+    that order across calls (kept up by the snapshot's deltas), with their units and whether they
+    wait in NumPy arrays: the granted prefix is where the running sums of the units first exceed
+    the total, and the few jobs granted after it are found by vectorised scans of the rest. The
+    realisation is the phased one's: granted running jobs keep their nodes, running jobs not
+    granted stop, granted waiting jobs are placed in that order in what is free (a rigid job
+    cannot shrink, and nothing ranks below a kept job). Same plans, less work (up to float
+    rounding inside the 1e-9 tolerance both use); any other case takes the phased path."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -57,8 +59,10 @@ class Drf(PhasedPolicy):
 
     def reset(self, cluster: Cluster, seed: int) -> None:
         super().reset(cluster, seed)
-        # every job in the system, in filling order: (share, submit time, index, job id, unit, job)
+        # every job in the system, in filling order: (share, submit time, index, job id, job)
         self._order: list[tuple] | None = None
+        self._need = np.zeros((0, 3))  # each job's unit (GPU, CPU, memory), in that order
+        self._waits = np.zeros(0, dtype=bool)  # whether it waits, in that order
         self._smallest = 0.0  # GPUs of the smallest unit (at most): below it nothing more fits
         self._fast = not self.sizing.stop_at_first_failure and self.sizing.share_by == "job"  # type: ignore[attr-defined]
 
@@ -70,60 +74,81 @@ class Drf(PhasedPolicy):
     def _follow(self, snap: Snapshot) -> bool:
         """Keep every job in the system in filling order; False (for good) once a job is
         elastic, or runs at another size than its own (adopted by a live service)."""
-        order = self._order
-        if order is not None:
+        if self._order is not None:
             for job in snap.arrived:
-                if not self._add(order, snap.cluster, job):
+                if not self._add(snap.cluster, job):
                     return False
+            for job in snap.stopped:
+                if (i := self._find(snap.cluster, job)) is not None:
+                    self._waits[i] = True
             for job in snap.finished:
-                i = bisect_left(order, (*self._key(snap.cluster, job), job.job_id))
-                if i < len(order) and order[i][3] == job.job_id:
-                    del order[i]
-        if order is None or len(order) != snap.num_running + snap.num_pending:
-            order = self._order = []
+                if (i := self._find(snap.cluster, job)) is not None:
+                    del self._order[i]
+                    self._need = np.delete(self._need, i, axis=0)
+                    self._waits = np.delete(self._waits, i)
+        if (self._order is None or len(self._order) != snap.num_running + snap.num_pending
+                or int(self._waits.sum()) != snap.num_pending):
+            self._order, self._need, self._waits = [], np.zeros((0, 3)), np.zeros(0, dtype=bool)
             self._smallest = math.inf
             for job in (*snap.running, *snap.pending):
                 a = job.allocation
-                if not self._add(order, snap.cluster, job) or (
+                if not self._add(snap.cluster, job) or (
                         a is not None and (a.num_workers, a.num_ps) != (job.spec.num_workers, job.spec.num_ps)):
                     self._fast = False
                     return False
         return True
 
-    def _key(self, cluster: Cluster, job: JobState) -> tuple[float, float, int]:
-        return self.sizing.first_unit(cluster, job.spec)[0], job.spec.submit_time, job.index  # type: ignore[attr-defined]
+    def _key(self, cluster: Cluster, job: JobState) -> tuple:
+        unit = self.sizing.first_unit(cluster, job.spec)  # type: ignore[attr-defined]
+        return unit[0], job.spec.submit_time, job.index, job.job_id
 
-    def _add(self, order: list[tuple], cluster: Cluster, job: JobState) -> bool:
+    def _find(self, cluster: Cluster, job: JobState) -> int | None:
+        i = bisect_left(self._order, self._key(cluster, job))  # type: ignore[arg-type]
+        return i if i < len(self._order) and self._order[i][3] == job.job_id else None  # type: ignore[arg-type]
+
+    def _add(self, cluster: Cluster, job: JobState) -> bool:
         share, rigid, _, _, *need = self.sizing.first_unit(cluster, job.spec)  # type: ignore[attr-defined]
         if not rigid:
             self._fast = False
             return False
-        insort(order, (share, job.spec.submit_time, job.index, job.job_id, need, job))
+        entry = (*self._key(cluster, job), job)
+        i = bisect_left(self._order, entry[:4])  # type: ignore[arg-type]
+        self._order.insert(i, entry)  # type: ignore[union-attr]
+        self._need = np.insert(self._need, i, need, axis=0)
+        self._waits = np.insert(self._waits, i, job.status is not JobStatus.RUNNING)
         self._smallest = min(self._smallest, need[0])
         return True
 
     def _fill(self, snap: Snapshot) -> Plan:
-        l0, l1, l2 = (float(c) + 1e-9 for c in snap.cluster.total)
-        granted, kept, smallest = [], 0, self._smallest
-        running = JobStatus.RUNNING
-        for *_, (n0, n1, n2), job in self._order:  # type: ignore[union-attr]
-            if n0 <= l0 and n1 <= l1 and n2 <= l2:
-                l0, l1, l2 = l0 - n0, l1 - n1, l2 - n2
-                granted.append(job)
-                kept += job.status is running
-                if l0 < smallest:
+        order, need, waits = self._order, self._need, self._waits
+        n = len(order)  # type: ignore[arg-type]
+        total = np.asarray(snap.cluster.total, dtype=float) + 1e-9
+        granted = np.zeros(n, dtype=bool)
+        if n:
+            used = np.cumsum(need, axis=0)
+            fits = (used <= total).all(axis=1)  # False from the first unit that does not fit
+            f = n if fits[-1] else int(np.argmin(fits))
+            granted[:f] = True
+            left = total - used[f - 1] if f else total
+            i = f + 1
+            while i < n and left[0] >= self._smallest:  # after it, the units that still fit, in order
+                later = (need[i:] <= left).all(axis=1)
+                j = int(np.argmax(later))
+                if not later[j]:
                     break
-        stop: list[JobState] = []
-        if kept < snap.num_running:
-            ids = {j.job_id for j in granted}
-            stop = [j for j in snap.running if j.job_id not in ids]
+                i += j
+                granted[i] = True
+                left = left - need[i]
+                i += 1
+        stop = [order[i][4] for i in np.flatnonzero(~granted & ~waits)]  # type: ignore[index]
         free = np.array(snap.free, dtype=float)
         for job in stop:
             add_use(free, job.spec, job.allocation)
         r = Realiser(snap, self.placement, preempt="none", free=free)
-        for job in granted:
-            if job.status is not running:
-                r.offer(job, job.spec.num_workers, job.spec.num_ps)
+        for i in np.flatnonzero(granted & waits).tolist():
+            job = order[i][4]  # type: ignore[index]
+            if r.offer(job, job.spec.num_workers, job.spec.num_ps) is not None:
+                waits[i] = False  # runs once the plan is carried out (a refused plan: rebuilt next call)
         return Plan(allocations=r.allocations, keep_running=True, preempt={j.job_id for j in stop})
 
 

@@ -23,6 +23,8 @@ Ours (the paper re-plans for free; our engine charges restarts):
 - Events: arrivals/completions size only waiting jobs in what is free (no restart, no wait for
   the slot). A call that cannot change anything returns at once: on an event, when no waiting
   job's minimum fits the free resources; on a slot, when nothing waits and every job is rigid.
+  A slot whose targets are exactly the running jobs at their sizes (a full cluster whose queue
+  ranks below them) returns "keep running" instead of re-placing every job to the same nodes.
 - Estimates: speeds from `estimators.speed_model` (per job type; an optimistic prior until the fit
   has its points, so a type keeps trying new sizes), remaining work from
   `estimators.progress_predictor` (declared work, else a loss-curve fit); unknown work counts as
@@ -128,6 +130,9 @@ class Optimus(Policy):
         if full:
             self._avoid_churn(snap, cands, budget, share)
         sized = sorted((c for c in cands if c.w > 0), key=lambda c: (c.cur != (c.p, c.w), c.p + c.w, c.rank))
+        if full and _keeps_everything(snap, sized):  # the re-plan would put every job back where it is
+            self._moved = []
+            return Plan(keep_running=True)
         allocations = realise(snap, ((c.js, c.w, c.p) for c in sized), _EVEN_THEN_PACK,
                               preempt="replan" if full else "none", shrink=_optimus_shrink)
         self._moved = [c.js for c in sized if allocations.get(c.js.job_id, c.js.allocation) is not c.js.allocation]
@@ -304,6 +309,19 @@ def _any_minimum_fits(jobs: list[JobState], free: np.ndarray) -> bool:
     budget = free.sum(axis=0).tolist()
     return any(_fits([s.min_workers * a + s.min_ps * b for a, b in zip(s.worker_demand, s.ps_demand)], budget)
                for s in (js.spec for js in jobs))
+
+
+def _keeps_everything(snap: Snapshot, sized: list[_Cand]) -> bool:
+    """Whether a slot's targets are exactly the running jobs at their current sizes, all of whose
+    allocations still fit the nodes (nothing over-committed, e.g. on a failed node).
+
+    Then the re-plan from the empty cluster keeps every job's nodes (each is offered at its size
+    and its allocation fits in what the others leave) and starts nothing: the same plan as "keep
+    running", without re-placing every running job through the realiser.
+    """
+    if len(sized) != len(snap.running) or any(c.cur != (c.p, c.w) for c in sized):
+        return False
+    return bool((snap.free >= -1e-12).all())
 
 
 def _time(q: float, f: float | None) -> float | None:

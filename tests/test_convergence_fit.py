@@ -1,0 +1,85 @@
+"""The convergence fit's own solver (variable projection over r = β0/β1): it recovers known curves,
+finds the bound-constrained minimum (floor β2 = 0) the bounded solver found, keeps the covariance
+draws identical to NumPy's multivariate normal, and refuses what it cannot fit."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from dlsched.estimators import convergence_fit as cf
+from dlsched.estimators.convergence_fit import fit_convergence, segment_sigma
+
+
+def _samples(b0: float, b1: float, b2: float, k_max: float, noise: float = 0.0, n: int = 50,
+             seed: int = 0) -> list[tuple[float, float]]:
+    rng = np.random.default_rng(seed)
+    ks = np.linspace(k_max / n, k_max, n)
+    return [(float(k), (1.0 / (b0 * k + b1) + b2) * (1.0 + noise * rng.uniform(-1, 1))) for k in ks]
+
+
+@pytest.mark.parametrize("b0, b1, b2, frac", [
+    (19.0 / 1e4, 1.0, 0.3, 0.5),   # the simulator's curves: β1 = 1
+    (1e-5, 0.5, 0.05, 0.2),        # early in a long job
+    (2e-3, 3.0, 0.0, 0.9),         # floor at its bound 0
+])
+def test_recovers_known_parameters_of_a_noise_free_curve(b0, b1, b2, frac):
+    total = (1.0 / cf.EPSILON - b1) / b0
+    fit = fit_convergence(_samples(b0, b1, b2, frac * total))
+    assert fit is not None
+    assert fit.b0 == pytest.approx(b0, rel=1e-4)
+    assert fit.b1 == pytest.approx(b1, rel=1e-4)
+    assert fit.b2 == pytest.approx(b2, abs=1e-5)
+    assert fit.total == pytest.approx(total, rel=1e-4)
+    assert fit.low <= total <= fit.high
+
+
+def test_is_a_least_squares_minimum_on_noisy_samples():
+    # no nearby parameters do better on the weighted error (the bounds β ≥ 0 respected)
+    samples = _samples(5e-4, 1.0, 0.2, 1.5e4, noise=0.02, seed=3)
+    fit = fit_convergence(samples)
+    assert fit is not None and min(fit.b0, fit.b1, fit.b2) >= 0.0
+    k = np.array([s[0] for s in samples])
+    y = np.array([s[1] for s in samples])
+    w = 1.0 / segment_sigma(len(k)) ** 2
+
+    def err(b0: float, b1: float, b2: float) -> float:
+        return float(w @ (1.0 / (b0 * k + b1) + b2 - y) ** 2)
+
+    best = err(fit.b0, fit.b1, fit.b2)
+    for d in (1e-3, -1e-3):
+        for i in range(3):
+            p = [fit.b0, fit.b1, fit.b2]
+            p[i] = max(p[i] * (1 + d), 0.0)
+            assert err(*p) >= best * (1 - 1e-9)
+
+
+def test_floor_bound_binds_where_the_free_floor_would_be_negative():
+    # a curve that keeps falling past where a free floor would sit below 0: β2 stays at 0
+    ks = np.linspace(100, 5000, 50)
+    samples = [(float(k), 1.0 / (1e-3 * k + 1.0) - 0.02) for k in ks]
+    fit = fit_convergence(samples)
+    assert fit is not None
+    assert fit.b2 == 0.0
+
+
+def test_interval_draws_are_numpys_multivariate_normal():
+    popt = np.array([2.0, 1.0, 0.3])
+    a = np.random.default_rng(7).normal(size=(3, 3))
+    pcov = a @ a.T * 1e-3
+    u, s, _ = np.linalg.svd(pcov)
+    ours = popt + cf._standard_normals(0) @ (u * np.sqrt(s)).T
+    theirs = np.random.default_rng(0).multivariate_normal(popt, pcov, size=cf._DRAWS, check_valid="ignore")
+    assert np.array_equal(ours, theirs)
+
+
+def test_falls_back_with_too_few_points_flat_or_rising_loss():
+    good = _samples(1e-3, 1.0, 0.1, 1e4)
+    assert fit_convergence(good[: cf.MIN_SAMPLES - 1]) is None  # too few to pin three parameters
+    assert fit_convergence(good[: cf.MIN_SAMPLES]) is not None
+    assert fit_convergence([(float(k), 0.7) for k in range(1, 40)]) is None  # flat: never converges
+    assert fit_convergence([(float(k), 0.5 + 1e-3 * k) for k in range(1, 40)]) is None  # rising
+    assert fit_convergence([(0.0, 1.0)] * 10) is None  # no progress to scale by
+    assert fit_convergence([(float(k), math.nan) for k in range(1, 40)]) is None
