@@ -10,49 +10,39 @@ from dlsched.core.errors import PlanError
 from dlsched.core.job import Architecture, JobSpec
 
 
-class _Where:
-    """'policy ... at t=...: job ...', the prefix of a plan error."""
-
-    __slots__ = ("policy", "now", "job_id")
-
-    def __init__(self, policy: str, now: float, job_id: str):
-        self.policy, self.now, self.job_id = policy, now, job_id
-
-    def __format__(self, spec: str) -> str:
-        return f"policy {self.policy!r} at t={self.now:.1f}: job {self.job_id!r}"
-
-
 def check_shape(policy: str, now: float, spec: JobSpec, alloc: Allocation, cluster: Cluster, gang: bool = True) -> None:
     """Gang (min..max workers, PS rules), node indices and GPU-type constraint of one allocation."""
-    where = _Where(policy, now, spec.job_id)  # formatted only when a check fails
+    def where() -> str:  # formatted only when a check fails: this runs for every job started
+        return f"policy {policy!r} at t={now:.1f}: job {spec.job_id!r}"
+
     if not isinstance(alloc, Allocation):
-        raise PlanError(f"{where}: allocation must be an Allocation, got {type(alloc).__name__}")
+        raise PlanError(f"{where()}: allocation must be an Allocation, got {type(alloc).__name__}")
     n = cluster.num_nodes
     for node, w, p in zip(alloc.nodes, alloc.workers, alloc.ps):
         if not 0 <= node < n:
-            raise PlanError(f"{where}: node index {node} is not in the cluster (0..{n - 1})")
+            raise PlanError(f"{where()}: node index {node} is not in the cluster (0..{n - 1})")
         if w < 0 or p < 0:
-            raise PlanError(f"{where}: negative task count on node {cluster.node_names[node]}")
+            raise PlanError(f"{where()}: negative task count on node {cluster.node_names[node]}")
         if spec.gpu_type and w and cluster.gpu_type[node] != spec.gpu_type:
             raise PlanError(
-                f"{where}: needs GPU type {spec.gpu_type} but node {cluster.node_names[node]} "
+                f"{where()}: needs GPU type {spec.gpu_type} but node {cluster.node_names[node]} "
                 f"has {cluster.gpu_type[node]}"
             )
     if len(set(alloc.nodes)) != len(alloc.nodes):
-        raise PlanError(f"{where}: a node appears twice in the allocation")
+        raise PlanError(f"{where()}: a node appears twice in the allocation")
     if not gang:
         return
     w, p = alloc.num_workers, alloc.num_ps
     if not spec.min_workers <= w <= spec.max_workers:
         raise PlanError(
-            f"{where}: {w} workers is outside [{spec.min_workers}, {spec.max_workers}] "
+            f"{where()}: {w} workers is outside [{spec.min_workers}, {spec.max_workers}] "
             "(gang scheduling: a job runs with at least its minimum workers or not at all)"
         )
     if spec.arch is Architecture.PS:
         if not spec.min_ps <= p <= spec.max_ps:
-            raise PlanError(f"{where}: a PS job needs {spec.min_ps}..{spec.max_ps} parameter servers, got {p}")
+            raise PlanError(f"{where()}: a PS job needs {spec.min_ps}..{spec.max_ps} parameter servers, got {p}")
     elif p:
-        raise PlanError(f"{where}: a {spec.arch.value} job has no parameter servers, plan gives {p}")
+        raise PlanError(f"{where()}: a {spec.arch.value} job has no parameter servers, plan gives {p}")
 
 
 def check_capacity(

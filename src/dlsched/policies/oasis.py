@@ -51,6 +51,7 @@ from dlsched.core.plan import Plan
 from dlsched.core.policy import Oracle, Policy
 from dlsched.core.snapshot import JobState, Snapshot
 from dlsched.core.utility import default_utility
+from dlsched.framework.packing import add_use
 from dlsched.policies.oasis_prices import JobTerms, OnlineConstants, PriceConstants, UsageTable, price
 from dlsched.policies.oasis_schedule import Market, Schedule, _fits, best_schedule
 from dlsched.throughput.oasis_model import MODEL_KEY, minibatch_seconds
@@ -291,7 +292,7 @@ class OASiS(Policy):
             use = alloc.usage(np.asarray(spec.worker_demand), np.asarray(spec.ps_demand))
             nodes = list(alloc.nodes)
             if (room[nodes] + 1e-9 >= use).all():
-                np.subtract.at(room, nodes, use)
+                add_use(room, spec, alloc, -1.0)
                 plan.assign(jid, alloc)
 
     # ------------------------------------------------------------------ admission

@@ -36,7 +36,7 @@ from dlsched.core.job import Architecture, JobSpec
 from dlsched.core.plan import Plan
 from dlsched.core.snapshot import JobState, Snapshot
 from dlsched.estimators.progress_predictor import RemainingWork
-from dlsched.framework.packing import eligible
+from dlsched.framework.packing import add_use, eligible
 from dlsched.framework.scoring import best_node, least_loaded
 from dlsched.framework.scoring import dominant_share
 
@@ -255,7 +255,7 @@ def _keep_unchanged(plan: Plan, snap: Snapshot) -> Plan:
     used = np.zeros_like(snap.cluster.capacity, dtype=float)
     for jid, a in plan.allocations.items():
         s = specs[jid]
-        np.add.at(used, list(a.nodes), a.usage(np.asarray(s.worker_demand), np.asarray(s.ps_demand)))
+        add_use(used, s, a)
     for jid, new in list(plan.allocations.items()):
         job = by_id.get(jid)
         if job is None or job.allocation is None or job.allocation == new:
@@ -263,11 +263,9 @@ def _keep_unchanged(plan: Plan, snap: Snapshot) -> Plan:
         old = job.allocation
         if (old.num_workers, old.num_ps) != (new.num_workers, new.num_ps):
             continue
-        s = job.spec
-        wd, pd = np.asarray(s.worker_demand), np.asarray(s.ps_demand)
         trial = used.copy()
-        np.subtract.at(trial, list(new.nodes), new.usage(wd, pd))
-        np.add.at(trial, list(old.nodes), old.usage(wd, pd))
+        add_use(trial, job.spec, new, -1.0)
+        add_use(trial, job.spec, old)
         if (trial <= snap.cluster.capacity + _EPS).all():
             used = trial
             plan.allocations[jid] = old
