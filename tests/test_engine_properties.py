@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dlsched.core import Cluster, JobSpec, Policy
+from dlsched.core.job import Architecture
 from dlsched.core.policy import Wrapper
 from dlsched.policies.phased import PhasedPolicy
 from dlsched.policies.fifo import fifo
@@ -120,3 +121,31 @@ def test_same_seed_same_result(sc):
     b = simulate(jobs, cluster, random_policy(kind), DurationOnly(), cfg)
     assert a.jobs.equals(b.jobs)
     assert a.timeline.equals(b.timeline)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    workers=st.sampled_from([1, 2, 3, 4, 8, 16]),
+    ps=st.sampled_from([0, 0, 1, 3]),
+    cpu=st.sampled_from([1.0, 2.5, 4.0]),
+    fractional=st.booleans(),
+)
+def test_pack_same_answer_on_small_and_large_paths(seed, workers, ps, cpu, fractional):
+    """`pack` takes 2-D passes on small clusters and column-by-column ones on large clusters;
+    both must place every job exactly alike (same nodes, same counts, same ties)."""
+    from dlsched.framework import packing
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 40))
+    cluster = Cluster.homogeneous("t", n, 8, 32, 256, nodes_per_rack=int(rng.integers(1, 6)))
+    frac = rng.random(cluster.capacity.shape) if fractional else rng.integers(0, 3, cluster.capacity.shape) / 2
+    free = np.floor(cluster.capacity * frac) if seed % 2 else cluster.capacity * frac
+    spec = JobSpec("j", 0.0, 10.0, num_workers=workers, num_ps=ps, worker_demand=(1.0, cpu, 16.0),
+                   arch=Architecture.PS if ps else Architecture.ALLREDUCE)
+    small, saved = packing.pack(cluster, free, spec, workers, ps), packing.SMALL
+    packing.SMALL = 0
+    try:
+        assert packing.pack(cluster, free, spec, workers, ps) == small
+    finally:
+        packing.SMALL = saved

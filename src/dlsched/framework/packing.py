@@ -18,6 +18,7 @@ from dlsched.core.cluster import Cluster
 from dlsched.core.job import JobSpec
 
 _EPS = 1e-9
+SMALL = 512  # up to this many nodes, 2-D passes (fewer NumPy calls); above, column by column
 
 
 def eligible(cluster: Cluster, spec: JobSpec) -> np.ndarray | None:
@@ -27,10 +28,44 @@ def eligible(cluster: Cluster, spec: JobSpec) -> np.ndarray | None:
 
 def fit_count(free: np.ndarray, demand: np.ndarray) -> np.ndarray:
     """How many tasks of `demand` fit on each node (a large number where demand is all zero)."""
-    need = demand > 0
-    if not need.any():
+    if len(free) <= SMALL:
+        need = demand > 0
+        if not need.any():
+            return np.full(free.shape[0], 1 << 30)
+        return np.floor((free[:, need] + _EPS) / demand[need]).min(axis=1).astype(np.int64)
+    out = None  # column by column on a large cluster (see best_whole_node)
+    for r in np.flatnonzero(demand > 0).tolist():
+        k = np.floor((free[:, r] + _EPS) / demand[r])
+        out = k if out is None else np.minimum(out, k, out=out)
+    if out is None:
         return np.full(free.shape[0], 1 << 30)
-    return np.floor((free[:, need] + _EPS) / demand[need]).min(axis=1).astype(np.int64)
+    return out.astype(np.int64)
+
+
+def best_whole_node(free: np.ndarray, total: np.ndarray) -> int | None:
+    """The node that keeps the least free GPU (then CPU) once `total` (3,) is taken from it,
+    lowest index on ties; None when no node has room for all of it.
+
+    Two ways to the same answer: on a large cluster a reduction along the 3-wide axis and a
+    lexsort of thousands of candidates cost more than comparing and narrowing column by column."""
+    if len(free) <= SMALL:
+        cand = np.flatnonzero((free + _EPS >= total).all(axis=1))
+        if not len(cand):
+            return None
+        left = free[cand] - total
+        return int(cand[np.lexsort((cand, left[:, 1], left[:, 0]))[0]])
+    ok = free[:, 0] + _EPS >= total[0]
+    ok &= free[:, 1] + _EPS >= total[1]
+    ok &= free[:, 2] + _EPS >= total[2]
+    cand = np.flatnonzero(ok)
+    if not len(cand):
+        return None
+    for r in (0, 1):
+        left = free[cand, r] - total[r]
+        cand = cand[left == left.min()]
+        if len(cand) == 1:
+            break
+    return int(cand[0])
 
 
 def pack(
@@ -41,13 +76,9 @@ def pack(
     mask = eligible(cluster, spec)
     avail = free if mask is None else np.where(mask[:, None], free, 0.0)
     total = workers * wd + ps * pd
-    whole = (avail + _EPS >= total).all(axis=1)
-    if whole.any():
-        cand = np.flatnonzero(whole)
-        # best fit: the node left with the least free GPU (then CPU), lowest index on ties
-        left = avail[cand] - total
-        best = cand[np.lexsort((cand, left[:, 1], left[:, 0]))[0]]
-        return Allocation.single_node(int(best), workers, ps)
+    best = best_whole_node(avail, total)
+    if best is not None:
+        return Allocation.single_node(best, workers, ps)
     if workers + ps <= 1:
         return None
     w_fit = fit_count(avail, wd)
@@ -56,7 +87,8 @@ def pack(
     # Fill the roomiest nodes first, preferring the rack with the most room so the job stays
     # rack-local when it can.
     rack_room = np.bincount(cluster.rack, weights=np.minimum(w_fit, workers))
-    order = np.lexsort((np.arange(len(w_fit)), -w_fit, -rack_room[cluster.rack]))
+    order = np.flatnonzero(w_fit > 0)  # a node with no room is never used: sort only the others
+    order = order[np.lexsort((order, -w_fit[order], -rack_room[cluster.rack[order]]))]
     w_counts = np.zeros(len(w_fit), dtype=np.int64)
     p_counts = np.zeros(len(w_fit), dtype=np.int64)
     left_w, left_p = workers, ps

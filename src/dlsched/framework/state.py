@@ -21,6 +21,7 @@ import numpy as np
 from dlsched.core.allocation import Allocation
 from dlsched.core.cluster import GPU, Cluster
 from dlsched.core.errors import PlanError
+from dlsched.core.job import JobSpec
 from dlsched.core.plan import Plan
 from dlsched.core.snapshot import Clock, JobState, JobStatus, Snapshot
 from dlsched.framework.actions import Action, Kind
@@ -40,6 +41,11 @@ class ClusterState:
         self.restart_overhead = restart_overhead  # live, the measured pause is in the progress)
         self.capacity = cluster.capacity.copy()  # a node that failed has 0 until it joins again
         self.used = np.zeros_like(cluster.capacity)
+        # capacity - used, kept row by row as jobs move (a decision must not pay O(nodes) for it);
+        # policies see it read-only through the snapshot, valid until the plan is carried out
+        self.free = self.capacity - self.used
+        self._free_view = self.free.view()
+        self._free_view.setflags(write=False)
         self.jobs: dict[str, JobState] = {}
         self.pending: dict[str, JobState] = {}
         self.running: dict[str, JobState] = {}
@@ -81,7 +87,7 @@ class ClusterState:
         js.alloc_gpus = alloc.num_workers * js.spec.worker_demand[GPU]
         js.alloc_nodes = alloc.num_nodes
         self.busy_gpus += js.alloc_gpus
-        add_use(self.used, js.spec, alloc)
+        self._use(js.spec, alloc, 1.0)
         if js.first_start is None:
             js.first_start = now
             pause = self.startup_overhead
@@ -112,7 +118,7 @@ class ClusterState:
         self._drop_hold(js)
         js.held = alloc
         if alloc is not None:
-            add_use(self.used, js.spec, alloc)
+            self._use(js.spec, alloc, 1.0)
             js.held_gpus = alloc.num_workers * js.spec.worker_demand[GPU]
             self.held_gpus += js.held_gpus
             self.holding[js.job_id] = js
@@ -134,7 +140,7 @@ class ClusterState:
 
     def _release(self, js: JobState) -> None:
         if js.allocation is not None:
-            add_use(self.used, js.spec, js.allocation, -1.0)
+            self._use(js.spec, js.allocation, -1.0)
             self.busy_gpus -= js.alloc_gpus
             js.allocation = None
             js.alloc_gpus = 0.0
@@ -145,11 +151,19 @@ class ClusterState:
 
     def _drop_hold(self, js: JobState) -> None:
         if js.held is not None:
-            add_use(self.used, js.spec, js.held, -1.0)
+            self._use(js.spec, js.held, -1.0)
             self.held_gpus -= js.held_gpus
             self.holding.pop(js.job_id, None)
             js.held = None
             js.held_gpus = 0.0
+
+    def _use(self, spec: JobSpec, alloc: Allocation, sign: float) -> None:
+        add_use(self.used, spec, alloc, sign)
+        for n in alloc.nodes:
+            self._refresh(n)
+
+    def _refresh(self, node: int) -> None:
+        np.subtract(self.capacity[node], self.used[node], out=self.free[node])
 
     # ------------------------------------------------------------------ nodes
     def on_node(self, node: int) -> list[JobState]:
@@ -167,11 +181,13 @@ class ClusterState:
             else:
                 self.hold(js, None, now)
         self.capacity[node] = 0.0
+        self._refresh(node)
         return hit
 
     def join_node(self, node: int) -> None:
         """A node is back (or new in the cluster's list): its full capacity is offered again."""
         self.capacity[node] = self.cluster.capacity[node]
+        self._refresh(node)
 
     # ------------------------------------------------------------------ decisions
     def snapshot(self, now: float, events: tuple[str, ...], restart_overhead: float,
@@ -180,7 +196,7 @@ class ClusterState:
         snap = Snapshot(
             now=now,
             cluster=self.cluster,
-            free=self._free,
+            free=self._free_view,
             pending=self.pending,
             running=self.running,
             restart_overhead=restart_overhead,
@@ -196,11 +212,6 @@ class ClusterState:
         self._finished.clear()
         self._stopped.clear()
         return snap
-
-    def _free(self) -> np.ndarray:
-        free = self.capacity - self.used
-        free.setflags(write=False)
-        return free
 
     def diff(self, plan: Plan, now: float, policy: str) -> list[Action]:
         """Validate the whole plan against the current state, then return the Actions that carry

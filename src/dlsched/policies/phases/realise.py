@@ -86,7 +86,9 @@ class Realiser:
         self.shrink: ShrinkRule | None = fewer_workers if shrink is True else (shrink or None)
         self.allocations: dict[str, Allocation] = {} if keep is None else keep
         self._free = free  # copied from the snapshot only when first needed
-        self.free_gpus = float(self.free[:, GPU].sum()) if free_gpus is None else free_gpus
+        if free_gpus is None:
+            free_gpus = float((snap.free if free is None else free)[:, GPU].sum())
+        self.free_gpus = free_gpus
         self.below = below
         self._victims, self._peeked = victims, []
         self.preempted: dict[str, JobState] = {}
