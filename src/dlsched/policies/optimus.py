@@ -122,6 +122,8 @@ class Optimus(Policy):
         if settled:  # nothing this call could change: every running job keeps its size and nodes
             self._moved = []
             return Plan(keep_running=True)
+        if not oracle:
+            self.work.prefit(jobs)  # the slot's due loss fits in one batched call
         cands = [self._cand(snap, js, oracle) for js in jobs]
         self._rank(cands)
         share = _dominant_share(snap.cluster)
@@ -156,7 +158,7 @@ class Optimus(Policy):
             def speed(p: int, w: int, spec: JobSpec = js.spec) -> float | None:
                 return self._oracle_rate(snap, spec, p, w)
         else:
-            q = self.work.estimate(js).remaining
+            q = self.work.remaining(js)
             speed = self.speeds.model(js.spec).predict
         return _Cand(js=js, q=max(q, 0.0), speed=speed, cur=cur)
 
