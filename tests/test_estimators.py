@@ -214,3 +214,17 @@ def test_prefit_makes_the_fits_fit_makes_and_only_when_due():
     jobs[1]._progress *= 1.3  # past it: refitted
     batched.prefit(jobs)
     assert batched._fits["j0"] is fits["j0"] and batched._fits["j1"] is not fits["j1"]
+
+
+def test_loss_curve_is_its_definition_at_any_k():
+    # the simulator's ground truth must not drift when its evaluation is optimised: noise at k is
+    # crc32(f"{h}:{int(k)}") of the job's hash h, for Python and NumPy k alike
+    import zlib
+
+    for jid, total, seed, noise in (("a", 1e4, 0, 0.01), ("job-7", 3e6, 2, 0.03), ("z", 50.0, 1, 0.0)):
+        loss = loss_curve(jid, total, seed, noise)
+        h = zlib.crc32(f"{seed}:{jid}".encode())
+        floor, b0 = 0.05 + (h % 1000) / 1000 * 0.45, (1.0 / convergence.EPSILON - 1.0) / total
+        for k in [*np.linspace(0.5, 2 * total, 40), 0.0, 7.0, 123456789.0]:
+            jitter = ((zlib.crc32(f"{h}:{int(k)}".encode()) % 2001) / 1000.0 - 1.0) * noise
+            assert loss(k) == loss(float(k)) == (1.0 / (b0 * k + 1.0) + floor) * (1.0 + jitter)

@@ -145,10 +145,9 @@ class RemainingWork:
         """Totals of finished jobs of the job's type, sorted ascending."""
         return self._history.get(profile_key(job.spec), [])
 
-    def _due(self, job: JobState) -> bool:
-        """Whether the job needs a (re)fit: it has progress, no declared work, and no fit or one
-        made before its progress grew by `refit_growth`."""
-        done = job.progress
+    def _due(self, job: JobState, done: float) -> bool:
+        """Whether the job (at progress `done`) needs a (re)fit: it has progress, no declared work,
+        and no fit or one made before its progress grew by `refit_growth`."""
         if job.spec.work_known or done <= 0:
             return False
         cached = self._fits.get(job.job_id)
@@ -156,16 +155,17 @@ class RemainingWork:
 
     def fit(self, job: JobState) -> ConvergenceFit | None:
         """The job's loss fit, redone only once progress grew by `refit_growth` since the last try."""
-        if job.spec.work_known or job.progress <= 0:
+        done = job.progress
+        if job.spec.work_known or done <= 0:
             return None
-        if self._due(job):
-            self._fits[job.job_id] = (job.progress, fit_convergence(job.observed_loss(LOSS_SAMPLES)))
+        if self._due(job, done):
+            self._fits[job.job_id] = (done, fit_convergence(job.observed_loss(LOSS_SAMPLES)))
         return self._fits[job.job_id][1]
 
     def prefit(self, jobs: Sequence[JobState]) -> None:
         """Fit every job that is due in one batched call (`fit_many`): the same fits `fit` would
         make one at a time, at a fraction of the cost when a slot refits many running jobs."""
-        due = [job for job in jobs if self._due(job)]
+        due = [job for job in jobs if self._due(job, job.progress)]
         if not due:
             return
         for job, fit in zip(due, fit_many([job.observed_loss(LOSS_SAMPLES) for job in due])):
