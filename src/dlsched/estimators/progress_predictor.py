@@ -89,7 +89,10 @@ def combine(job: JobState, fit: ConvergenceFit | None, history: Sequence[float] 
 def remaining(job: JobState, fit: ConvergenceFit | None, history: Sequence[float] = ()) -> float:
     """`combine(job, fit, history).remaining` without the range: a fit's range costs a covariance
     and 400 draws (computed on first use), and a policy that only ranks jobs never reads it."""
-    done = job.progress
+    return _remaining(job, job.progress, fit, history)
+
+
+def _remaining(job: JobState, done: float, fit: ConvergenceFit | None, history: Sequence[float]) -> float:
     if job.declared_work is not None:
         return max(job.declared_work - done, 0.0)
     if fit is not None:
@@ -155,7 +158,9 @@ class RemainingWork:
 
     def fit(self, job: JobState) -> ConvergenceFit | None:
         """The job's loss fit, redone only once progress grew by `refit_growth` since the last try."""
-        done = job.progress
+        return self._fit_at(job, job.progress)
+
+    def _fit_at(self, job: JobState, done: float) -> ConvergenceFit | None:
         if job.spec.work_known or done <= 0:
             return None
         if self._due(job, done):
@@ -176,4 +181,5 @@ class RemainingWork:
 
     def remaining(self, job: JobState) -> float:
         """`estimate(job).remaining` without its range (see `remaining`)."""
-        return remaining(job, self.fit(job), self.history(job))
+        done = job.progress  # a property that computes: read once
+        return _remaining(job, done, self._fit_at(job, done), self.history(job))

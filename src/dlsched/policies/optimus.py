@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
@@ -190,10 +191,11 @@ class Optimus(Policy):
             finite = [t for t in times if t is not None]
             mid = float(statistics.median(finite)) if finite else 0.0
             keys = [mid if t is None else t for t in times]
-        ranked = sorted(range(len(cands)), key=lambda i: (keys[i], cands[i].js.spec.submit_time, cands[i].js.index))
-        for r, i in enumerate(ranked):
-            cands[i].rank = r
-        cands.sort(key=lambda c: c.rank)
+        # (key, submit time, index) is unique per job (index), so sorting the tuples is the order
+        ranked = sorted([(k, c.js.spec.submit_time, c.js.index, c) for k, c in zip(keys, cands)], key=_RANK_KEY)
+        cands[:] = [t[3] for t in ranked]
+        for r, c in enumerate(cands):
+            c.rank = r
 
     # ------------------------------------------------------------------ sizing
     def _allocate(self, cands: list[_Cand], budget: list[float], share: list[float]) -> None:
@@ -336,6 +338,9 @@ def _keeps_everything(snap: Snapshot, sized: list[_Cand]) -> bool:
     if len(sized) != len(snap.running) or any(c.cur != (c.p, c.w) for c in sized):
         return False
     return bool((snap.free >= -1e-12).all())
+
+
+_RANK_KEY = operator.itemgetter(0, 1, 2)
 
 
 def _time(q: float, f: float | None) -> float | None:
