@@ -83,3 +83,19 @@ def test_falls_back_with_too_few_points_flat_or_rising_loss():
     assert fit_convergence([(float(k), 0.5 + 1e-3 * k) for k in range(1, 40)]) is None  # rising
     assert fit_convergence([(0.0, 1.0)] * 10) is None  # no progress to scale by
     assert fit_convergence([(float(k), math.nan) for k in range(1, 40)]) is None
+
+
+def test_batched_fits_are_the_single_fits_bit_for_bit():
+    # a slot fits many jobs in one call; each fit must not depend on its batch (nor on order)
+    sets = [_samples(10 ** -(3 + i % 3), 1.0, 0.05 * i, 10 ** (3 + i % 4), noise=0.01 * (i % 3), seed=i)
+            for i in range(12)]
+    sets += [sets[0][: cf.MIN_SAMPLES + 3], [(float(k), 0.7) for k in range(1, 40)], sets[1][:2]]
+    batched = cf.fit_many(sets)
+    alone = [fit_convergence(s) for s in sets]
+    assert [f is None for f in batched] == [f is None for f in alone]
+    assert sum(f is not None for f in alone) >= 10  # most fit; the flat and short ones do not
+    for b, a in zip(batched, alone):
+        if a is not None:
+            assert (b.b0, b.b1, b.b2, b.total, b.low, b.high) == (a.b0, a.b1, a.b2, a.total, a.low, a.high)
+    reversed_ = cf.fit_many(sets[::-1])[::-1]
+    assert [f and f.total for f in reversed_] == [f and f.total for f in alone]

@@ -183,3 +183,48 @@ def test_remaining_work_learns_totals_from_finished_jobs():
     work.observe([newcomer])
     est = work.estimate(newcomer)
     assert est.source == "history" and est.remaining == 800.0
+
+
+def test_remaining_is_the_estimates_number_for_every_source():
+    from dlsched.estimators.progress_predictor import combine, remaining
+
+    flat = _state(JobSpec("f", 0.0, 1000.0), progress=300.0)
+    flat.loss_fn = lambda k: 1.0
+    jobs = [_state(JobSpec("k", 0.0, 1000.0, work_known=True), progress=400.0),
+            _state(JobSpec("n", 0.0, 1000.0)), _state(JobSpec("r", 0.0, 5e4), progress=2e4),
+            _state(JobSpec("b", 0.0, 5e4), progress=4.99e4), flat]
+    for job in jobs:
+        fit = RemainingWork().fit(job)
+        for history in ([], [100.0, 900.0, 1100.0], [100.0, 200.0]):
+            assert remaining(job, fit, history) == combine(job, fit, history).remaining
+
+
+def test_prefit_makes_the_fits_fit_makes_and_only_when_due():
+    jobs = [_state(JobSpec(f"j{i}", 0.0, 10 ** (3 + i % 3)), progress=0.3 * 10 ** (3 + i % 3)) for i in range(6)]
+    jobs.append(_state(JobSpec("known", 0.0, 1e3, work_known=True), progress=10.0))
+    one, batched = RemainingWork(), RemainingWork()
+    batched.prefit(jobs)
+    assert "known" not in batched._fits
+    for job in jobs:
+        a, b = one.fit(job), batched.fit(job)
+        assert (a is None) == (b is None) and (a is None or a.total == b.total)
+        assert one.remaining(job) == batched.remaining(job) == one.estimate(job).remaining
+    fits = dict(batched._fits)
+    jobs[0]._progress *= 1.1  # within refit_growth: kept
+    jobs[1]._progress *= 1.3  # past it: refitted
+    batched.prefit(jobs)
+    assert batched._fits["j0"] is fits["j0"] and batched._fits["j1"] is not fits["j1"]
+
+
+def test_loss_curve_is_its_definition_at_any_k():
+    # the simulator's ground truth must not drift when its evaluation is optimised: noise at k is
+    # crc32(f"{h}:{int(k)}") of the job's hash h, for Python and NumPy k alike
+    import zlib
+
+    for jid, total, seed, noise in (("a", 1e4, 0, 0.01), ("job-7", 3e6, 2, 0.03), ("z", 50.0, 1, 0.0)):
+        loss = loss_curve(jid, total, seed, noise)
+        h = zlib.crc32(f"{seed}:{jid}".encode())
+        floor, b0 = 0.05 + (h % 1000) / 1000 * 0.45, (1.0 / convergence.EPSILON - 1.0) / total
+        for k in [*np.linspace(0.5, 2 * total, 40), 0.0, 7.0, 123456789.0]:
+            jitter = ((zlib.crc32(f"{h}:{int(k)}".encode()) % 2001) / 1000.0 - 1.0) * noise
+            assert loss(k) == loss(float(k)) == (1.0 / (b0 * k + 1.0) + floor) * (1.0 + jitter)

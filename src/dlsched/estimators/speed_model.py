@@ -31,6 +31,7 @@ points between jobs of that type.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Mapping
@@ -165,11 +166,14 @@ class SpeedModel:
         )
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def profile_key(spec: JobSpec) -> tuple:
     """Jobs whose measured speeds may be pooled (Optimus: same job type).
 
     A duration-only job's iterations are seconds at *its* requested size (see
     `throughput.duration_only`), so its speeds are only comparable with jobs of the same size.
+    Cached (specs are immutable and hash by identity): Optimus asks it for every job in the system
+    on every call, twice; the bound keeps a long run's finished specs from piling up.
     """
     key: tuple = (spec.model, form_for(spec), spec.batch_size, spec.worker_demand, spec.ps_demand)
     if spec.model == "duration-only":

@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
+import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -106,10 +108,13 @@ class Optimus(Policy):
         self._oracle_rates: dict[str, dict[tuple[int, int], float]] = {}
         self._moved: list[JobState] = []  # jobs the last plan started or resized: new speed points
         self._seq = 0  # heap tie-breaker
+        self._min_need: dict[JobSpec, list[float]] = {}  # `_minimum_need` of the jobs in the system
 
     # ------------------------------------------------------------------ the call
     def schedule(self, snap: Snapshot) -> Plan:
         oracle = snap.oracle is not None
+        for js in snap.finished:
+            self._min_need.pop(js.spec, None)
         full = self.slot is None or bool({"tick", "wake"} & set(snap.events))
         if oracle:
             for js in snap.finished:  # forget the true rates of jobs that have left
@@ -118,10 +123,12 @@ class Optimus(Policy):
             self._observe(snap)
         jobs, free = (snap.running + snap.pending, snap.cluster.capacity) if full else (snap.pending, snap.free)
         settled = (not snap.pending and not any(js.spec.elastic for js in snap.running)) if full \
-            else not _any_minimum_fits(jobs, free)
+            else not _any_minimum_fits(jobs, free, self._min_need)
         if settled:  # nothing this call could change: every running job keeps its size and nodes
             self._moved = []
             return Plan(keep_running=True)
+        if not oracle:
+            self.work.prefit(jobs)  # the slot's due loss fits in one batched call
         cands = [self._cand(snap, js, oracle) for js in jobs]
         self._rank(cands)
         share = _dominant_share(snap.cluster)
@@ -156,7 +163,7 @@ class Optimus(Policy):
             def speed(p: int, w: int, spec: JobSpec = js.spec) -> float | None:
                 return self._oracle_rate(snap, spec, p, w)
         else:
-            q = self.work.estimate(js).remaining
+            q = self.work.remaining(js)
             speed = self.speeds.model(js.spec).predict
         return _Cand(js=js, q=max(q, 0.0), speed=speed, cur=cur)
 
@@ -173,7 +180,7 @@ class Optimus(Policy):
     def _rank(self, cands: list[_Cand]) -> None:
         """Fill unknown remaining work with the median, then order the base pass."""
         known = [c.q for c in cands if math.isfinite(c.q)]
-        fill = float(np.median(known)) if known else 1.0
+        fill = float(statistics.median(known)) if known else 1.0  # np.median's value, less overhead
         for c in cands:
             if not math.isfinite(c.q):
                 c.q = fill
@@ -182,12 +189,13 @@ class Optimus(Policy):
         else:
             times = [_time(c.q, c.f(*c.minimum)) for c in cands]
             finite = [t for t in times if t is not None]
-            mid = float(np.median(finite)) if finite else 0.0
+            mid = float(statistics.median(finite)) if finite else 0.0
             keys = [mid if t is None else t for t in times]
-        ranked = sorted(range(len(cands)), key=lambda i: (keys[i], cands[i].js.spec.submit_time, cands[i].js.index))
-        for r, i in enumerate(ranked):
-            cands[i].rank = r
-        cands.sort(key=lambda c: c.rank)
+        # (key, submit time, index) is unique per job (index), so sorting the tuples is the order
+        ranked = sorted([(k, c.js.spec.submit_time, c.js.index, c) for k, c in zip(keys, cands)], key=_RANK_KEY)
+        cands[:] = [t[3] for t in ranked]
+        for r, c in enumerate(cands):
+            c.rank = r
 
     # ------------------------------------------------------------------ sizing
     def _allocate(self, cands: list[_Cand], budget: list[float], share: list[float]) -> None:
@@ -198,9 +206,9 @@ class Optimus(Policy):
             if c.fixed:
                 _sub(left, c.need(c.p, c.w))
         for c in cands:
-            if not c.fixed and _fits(c.need(*c.minimum), left):
+            if not c.fixed and _fits(need := _minimum_need(c.js.spec, self._min_need), left):
                 c.p, c.w = c.minimum
-                _sub(left, c.need(c.p, c.w))
+                _sub(left, need)
         heap: list[tuple[float, int, int, int, int]] = []
         for i, c in enumerate(cands):
             if c.w and not c.fixed:
@@ -304,11 +312,19 @@ def _optimus_shrink(spec: JobSpec, w: int, p: int) -> Iterator[tuple[int, int]]:
         yield w, p
 
 
-def _any_minimum_fits(jobs: list[JobState], free: np.ndarray) -> bool:
+def _any_minimum_fits(jobs: list[JobState], free: np.ndarray, needs: dict[JobSpec, list[float]]) -> bool:
     """Whether any job's minimum size fits in `free` counted at cluster level (the base pass)."""
     budget = free.sum(axis=0).tolist()
-    return any(_fits([s.min_workers * a + s.min_ps * b for a, b in zip(s.worker_demand, s.ps_demand)], budget)
-               for s in (js.spec for js in jobs))
+    return any(_fits(_minimum_need(js.spec, needs), budget) for js in jobs)
+
+
+def _minimum_need(spec: JobSpec, needs: dict[JobSpec, list[float]]) -> list[float]:
+    """Resources of the job's minimum size (as `_Cand.need`), kept in `needs` (specs hash by
+    identity): every call asks it of every waiting job. Read only."""
+    need = needs.get(spec)
+    if need is None:
+        need = needs[spec] = [spec.min_workers * a + spec.min_ps * b for a, b in zip(spec.worker_demand, spec.ps_demand)]
+    return need
 
 
 def _keeps_everything(snap: Snapshot, sized: list[_Cand]) -> bool:
@@ -322,6 +338,9 @@ def _keeps_everything(snap: Snapshot, sized: list[_Cand]) -> bool:
     if len(sized) != len(snap.running) or any(c.cur != (c.p, c.w) for c in sized):
         return False
     return bool((snap.free >= -1e-12).all())
+
+
+_RANK_KEY = operator.itemgetter(0, 1, 2)
 
 
 def _time(q: float, f: float | None) -> float | None:
@@ -347,7 +366,10 @@ def _dominant_share(cluster: Cluster) -> list[float]:
 
 
 def _fits(need: list[float], left: list[float]) -> bool:
-    return all(n <= r + 1e-9 for n, r in zip(need, left))
+    for n, r in zip(need, left):  # a loop, not all(genexpr): called for every job on every call
+        if not n <= r + 1e-9:
+            return False
+    return True
 
 
 def _sub(left: list[float], need: list[float]) -> None:

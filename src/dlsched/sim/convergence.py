@@ -15,12 +15,21 @@ EPSILON = 0.05
 
 
 def loss_curve(job_id: str, iterations: float, seed: int, noise: float) -> Callable[[float], float]:
+    """The job's loss at iteration k; the noise at k is crc32(f"{h}:{int(k)}") of the job's hash h.
+
+    Evaluated 50 times per loss-curve fit (Optimus refits every running job as it progresses), so
+    the CRC of the fixed prefix f"{h}:" is computed once and continued over the digits of int(k)
+    (zlib's running CRC: the same value), and k is a Python float (NumPy scalars are slower).
+    """
     h = zlib.crc32(f"{seed}:{job_id}".encode())
     floor = 0.05 + (h % 1000) / 1000 * 0.45
     b0 = (1.0 / EPSILON - 1.0) / iterations
+    prefix = zlib.crc32(f"{h}:".encode())
+    crc32 = zlib.crc32
 
     def loss(k: float) -> float:
-        jitter = ((zlib.crc32(f"{h}:{int(k)}".encode()) % 2001) / 1000.0 - 1.0) * noise
+        k = float(k)
+        jitter = ((crc32(b"%d" % int(k), prefix) % 2001) / 1000.0 - 1.0) * noise
         return (1.0 / (b0 * k + 1.0) + floor) * (1.0 + jitter)
 
     return loss
