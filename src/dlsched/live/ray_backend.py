@@ -48,7 +48,7 @@ from dlsched.core.cluster import Cluster
 from dlsched.core.errors import ConfigError
 from dlsched.live.backend import Launch
 from dlsched.live.ray_actors import RankActorRemote, RayStandbyPoolRemote
-from dlsched.live.ray_cluster import DEFAULT_SLOT, GIB, RayNode, connect, discover_nodes, to_cluster
+from dlsched.live.ray_cluster import DEFAULT_OBJECT_STORE, DEFAULT_SLOT, GIB, RayNode, connect, discover_nodes, to_cluster
 from dlsched.live.runs import Rank, RankBackend, Run, rank_layout
 
 #: A bundle takes this much of its node's label resource: enough to pin it, never a limit.
@@ -89,7 +89,7 @@ class RayBackend(RankBackend):
         cluster_name: str = "ray",
         local_num_cpus: int | None = None,
         local_resources: dict[str, float] | None = None,
-        object_store_memory: int = 80 * 2**20,
+        object_store_memory: int = DEFAULT_OBJECT_STORE,
         standby: int = 0,
     ):
         """`address`: None starts a private single-node Ray on 127.0.0.1 (shut down by `close`),
