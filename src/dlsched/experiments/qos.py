@@ -38,6 +38,7 @@ from dlsched.core.job import JobSpec
 from dlsched.experiments.qos_metrics import (
     PlanRecorder, allocated_utilization, error_summary, fastest_alone, prediction_errors,
 )
+from dlsched.metrics.table import markdown_table
 from dlsched.paths import traces_dir
 from dlsched.policies.phases.sizing import ps_for
 from dlsched.policies.phases.placement import even_spread, pack
@@ -292,18 +293,12 @@ def _error_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _md(df: pd.DataFrame) -> str:
-    if not len(df):
-        return "(none)\n"
-
     def cell(v) -> str:
         if isinstance(v, float):
-            if math.isnan(v):
-                return "–"
-            return f"{v:.3f}" if abs(v) < 10 else f"{v:,.0f}"
+            return "–" if math.isnan(v) else f"{v:.3f}" if abs(v) < 10 else f"{v:,.0f}"
         return str(v)
 
-    head = "| " + " | ".join(df.columns) + " |\n|" + "---|" * len(df.columns) + "\n"
-    return head + "".join("| " + " | ".join(cell(v) for v in r) + " |\n" for r in df.itertuples(index=False))
+    return markdown_table(df, cell) + "\n" if len(df) else "(none)\n"
 
 
 def _markdown(table, summary, gains, errors, quick, seed, seeds, restart) -> str:
