@@ -17,8 +17,8 @@ Loopback. `connect(None, ...)` starts a private one-node Ray whose GCS, raylet a
 127.0.0.1 only (through `ray.cluster_utils.Cluster`: in Ray 2.60 `ray.init(_node_ip_address=
 "127.0.0.1")` still listens on every interface), labelled `dlsched_node_local`. Ray also rewrites
 a `127.0.0.1` address into the machine's public IP before connecting, which fails for a cluster
-bound to loopback (`ray start --node-ip-address=127.0.0.1`); `connect` reaches such addresses (or
-any with `node_ip_address="127.0.0.1"`) without that rewrite (`_keep_loopback`).
+bound to loopback (`ray start --node-ip-address=127.0.0.1`); `connect` reaches such addresses
+without that rewrite (`_keep_loopback`).
 """
 
 from __future__ import annotations
@@ -54,27 +54,24 @@ class RayNode:
     pin: str | None  # the resource a bundle takes a sliver of to land on this node
 
 
-def connect(address: str | None, prefix: str, node_ip_address: str | None = None, num_cpus: int | None = None,
-            resources: dict[str, float] | None = None, object_store_memory: int = DEFAULT_OBJECT_STORE) -> Any:
+def connect(address: str | None, prefix: str, num_cpus: int | None = None) -> Any:
     """`ray.init` for the Ray backend. `address` None: start a private one-node Ray on loopback
-    (labelled `<prefix>local`) and return it (a `ray.cluster_utils.Cluster`, for shutting down);
-    otherwise connect to "auto", "host:port" or "ray://host:port" and return None."""
+    (labelled `<prefix>local`, one GPU slot per CPU) and return it (a `ray.cluster_utils.Cluster`,
+    for shutting down); otherwise connect to "auto", "host:port" or "ray://host:port" and return None."""
     import ray
 
     if address is None:
-        res = dict(resources if resources is not None else {DEFAULT_SLOT: float(num_cpus or os.cpu_count() or 1)})
-        res.setdefault(f"{prefix}local", 1.0)
+        cpus = num_cpus or os.cpu_count() or 1
         # ray.init() would listen on every interface whatever _node_ip_address says (Ray 2.60);
         # a head started this way binds its GCS, raylet and agents to the given IP only.
         from ray.cluster_utils import Cluster as _LocalRay
 
-        ip = node_ip_address or "127.0.0.1"
         head = _LocalRay(initialize_head=True, head_node_args=dict(
-            node_ip_address=ip, include_dashboard=False, num_cpus=num_cpus or os.cpu_count() or 1,
-            num_gpus=_count_gpus(), resources=res, object_store_memory=object_store_memory))
+            node_ip_address="127.0.0.1", include_dashboard=False, num_cpus=cpus, num_gpus=_count_gpus(),
+            resources={DEFAULT_SLOT: float(cpus), f"{prefix}local": 1.0}, object_store_memory=DEFAULT_OBJECT_STORE))
         try:
-            with _keep_loopback(ip in LOOPBACK):
-                ray.init(address=head.address, _node_ip_address=ip, log_to_driver=False)
+            with _keep_loopback(True):
+                ray.init(address=head.address, _node_ip_address="127.0.0.1", log_to_driver=False)
         except BaseException:
             head.shutdown()
             raise
@@ -82,10 +79,9 @@ def connect(address: str | None, prefix: str, node_ip_address: str | None = None
     if address.startswith("ray://"):
         ray.init(address=address, log_to_driver=False)
         return None
-    host = address.rsplit(":", 1)[0] if ":" in address else address
-    ip = node_ip_address or ("127.0.0.1" if host in LOOPBACK else None)
-    with _keep_loopback(ip in LOOPBACK if ip else False):
-        ray.init(address=address, _node_ip_address=ip, log_to_driver=False)
+    loopback = (address.rsplit(":", 1)[0] if ":" in address else address) in LOOPBACK
+    with _keep_loopback(loopback):
+        ray.init(address=address, _node_ip_address="127.0.0.1" if loopback else None, log_to_driver=False)
     return None
 
 
