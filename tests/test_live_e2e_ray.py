@@ -13,7 +13,7 @@ ray = pytest.importorskip("ray", reason="Ray is not installed")
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    from dlsched.live.ray_cluster import LocalRayCluster
+    from tests.local_ray import LocalRayCluster
 
     cluster = LocalRayCluster({"a": 1, "b": 1}, slot_resource="gpu_slot", cpus_per_node=2)
     yield cluster

@@ -27,7 +27,7 @@ from dlsched.core.errors import ConfigError  # noqa: E402
 from dlsched.live.backend import Launch  # noqa: E402
 from dlsched.trainer.protocol import ProgressReader, is_done  # noqa: E402
 from dlsched.live.ray_backend import RayBackend  # noqa: E402
-from dlsched.live.ray_cluster import LocalRayCluster  # noqa: E402
+from tests.local_ray import LocalRayCluster  # noqa: E402
 from dlsched.live.spec import TrainJob  # noqa: E402
 
 SLOT = "gpu_slot"

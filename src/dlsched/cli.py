@@ -130,14 +130,9 @@ def _run(
             bar.update(tasks[run.name], completed=total)
 
     results = comparison.results
-    notes = [f"simulated in {r.wall_seconds:.1f} s wall time: {r.name}" for r in comparison.runs]
-    notes.insert(0, describe_traces(root))
-    if utility_note:
-        notes.insert(0, f"Utility: {utility_note}.")
-    if oracle_note:
-        notes.insert(0, f"Oracles: {oracle_note}.")
-    if workload.attribution:
-        notes.insert(0, workload.attribution)
+    notes = [n for n in (workload.attribution, oracle_note and f"Oracles: {oracle_note}.",
+                         utility_note and f"Utility: {utility_note}.", describe_traces(root)) if n]
+    notes += [f"simulated in {r.wall_seconds:.1f} s wall time: {r.name}" for r in comparison.runs]
     index = write_report(
         results, out_dir, title=f"dlsched: {workload.name} on {cluster.name}", workload=f"{workload.name} "
         f"({len(workload.jobs)} jobs, {workload.source})", cluster_desc=cluster.describe(), notes=notes,

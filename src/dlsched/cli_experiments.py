@@ -6,8 +6,9 @@ and tests run the same code.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Iterator, Optional
 
 import typer
 
@@ -20,8 +21,20 @@ experiment_app = typer.Typer(
     no_args_is_help=True,
 )
 
-# Commands are added below, one function per experiment, each decorated with
-# @experiment_app.command("<name>") and dlsched.cli_support.friendly.
+
+
+@contextmanager
+def _steps(label: str, total: int) -> Iterator[Callable[[str], None]]:
+    """A transient progress bar of `total` steps; the callback advances it, showing what was done."""
+    from rich.progress import Progress
+
+    with Progress(console=_console, transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda done: bar.update(task, advance=1, description=done)
+
+
+# One command per experiment below, each decorated with @experiment_app.command("<name>") and
+# dlsched.cli_support.friendly.
 
 
 @experiment_app.command("oasis")
@@ -42,17 +55,14 @@ def oasis_experiment(
     """Rerun OASiS' Fig. 3 (total utility vs jobs, T=300) and Fig. 4 (completion vs target, T=100) on the
     paper's setup against FIFO, DRF, RRH and Dorm; or, with --trace, compare on a real trace; or, with
     --variants, measure the design choices of docs/OASIS.md."""
-    from rich.progress import Progress
-
     from dlsched.core.errors import ConfigError
     from dlsched.experiments import oasis as exp
     from dlsched.policies.registry import parse_policy_list
 
     if trace:
         names = parse_policy_list(policies)
-        with Progress(console=_console, transient=True) as bar:
-            task = bar.add_task("trace", total=len(names))
-            df = exp.run_trace(trace, limit, names, out, step=lambda d: bar.update(task, advance=1, description=d))
+        with _steps("trace", len(names)) as step:
+            df = exp.run_trace(trace, limit, names, out, step=step)
         _console.print(df.to_string(index=False))
         _console.print(f"wrote {out}/trace_table.csv")
         return
@@ -66,18 +76,15 @@ def oasis_experiment(
     if variants:
         if not counts:
             raise ConfigError("--jobs needs a positive job count")
-        with Progress(console=_console, transient=True) as bar:
-            task = bar.add_task("OASiS variants", total=len(exp.VARIANTS))
-            df, stats = exp.run_variants(out, max(counts), seed=0,
-                                         step=lambda d: bar.update(task, advance=1, description=d))
+        with _steps("OASiS variants", len(exp.VARIANTS)) as step:
+            df, stats = exp.run_variants(out, max(counts), seed=0, step=step)
         _console.print(df.round(4).to_string(index=False))
         _console.print("workload: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in stats.items()))
         _console.print(f"wrote {out}/variants_table.csv and {out}/variants.md")
         return
     total = (len(counts) + 1) * len(seed_list) * len(exp.POLICIES)
-    with Progress(console=_console, transient=True) as bar:
-        task = bar.add_task("OASiS Fig. 3 + Fig. 4", total=total)
-        res = exp.run_experiment(out, counts, seed_list, step=lambda d: bar.update(task, advance=1, description=d))
+    with _steps("OASiS Fig. 3 + Fig. 4", total) as step:
+        res = exp.run_experiment(out, counts, seed_list, step=step)
     _console.print(res["fig3"].round(3).to_string())
     _console.print(res["fig4"].round(2).to_string(index=False))
     t = res["timing"]
@@ -98,18 +105,13 @@ def dragon_experiment(
     """Rerun DRAGON's evaluation: DRAGON vs the default Kubernetes scheduler and gang FIFO, with each
     of its capabilities (gang, locality, scaling) switched off in turn, on a DRAGON-like TF-PS
     workload with a locality-sensitive throughput model; and on a real trace."""
-    from rich.progress import Progress
-
     from dlsched.experiments.dragon import PAPER_JCT_RATIO, run_dragon_experiment
 
     if quick:
         seeds, jobs, real_trace = 2, 20, False
-    with Progress(console=_console, transient=True) as bar:
-        task = bar.add_task("DRAGON", total=seeds + (2 if real_trace else 0))
-        report = run_dragon_experiment(
-            out, seeds=seeds, num_jobs=jobs, cluster=cluster, real_trace=real_trace,
-            on_step=lambda d: bar.update(task, advance=1, description=d),
-        )
+    with _steps("DRAGON", seeds + (2 if real_trace else 0)) as step:
+        report = run_dragon_experiment(out, seeds=seeds, num_jobs=jobs, cluster=cluster, real_trace=real_trace,
+                                       on_step=step)
     h = report.headline
     _console.print(
         f"mean JCT DRAGON / kube-default: {h['jct_ratio_vs_kube']:.3f} ± {h['jct_ratio_vs_kube_std']:.3f} "
@@ -164,16 +166,11 @@ def dl2_experiment(
 ) -> None:
     """Rerun DL2's comparison: mean JCT vs DRF and Optimus on held-out DL2 workloads (mean ± std),
     the ablations when their models are given, and generalisation to a real trace."""
-    from rich.progress import Progress
-
     from dlsched.experiments.dl2 import PAPER, run_dl2_experiment
 
-    with Progress(console=_console, transient=True) as bar:
-        task = bar.add_task("DL2", total=traces + (1 if real_trace else 0))
-        report = run_dl2_experiment(
-            out, str(model) if model else None, str(warmup_only) if warmup_only else None,
-            str(rl_only) if rl_only else None, traces, real_trace, on_step=lambda d: bar.update(task, advance=1, description=d),
-        )
+    with _steps("DL2", traces + (1 if real_trace else 0)) as step:
+        report = run_dl2_experiment(out, str(model) if model else None, str(warmup_only) if warmup_only else None,
+                                    str(rl_only) if rl_only else None, traces, real_trace, on_step=step)
     _console.print(report.summary.round(3).to_string(index=False))
     for k, v in report.ratios.items():
         _console.print(f"{k}: {v:.3f}")

@@ -70,7 +70,7 @@ def read_job_file(path: Path) -> list:
     """Every TrainJob in a YAML or JSON file (one mapping or a list of them); all problems at once."""
     from pydantic import ValidationError
 
-    from dlsched.config import read_yaml
+    from dlsched.config import read_yaml, validation_problems
     from dlsched.live.spec import TrainJob
 
     data = read_yaml(path, "job file")  # JSON is YAML
@@ -86,12 +86,7 @@ def read_job_file(path: Path) -> list:
         try:
             jobs.append(TrainJob.model_validate(item))
         except ValidationError as exc:
-            for e in exc.errors():
-                loc = ".".join(str(x) for x in e["loc"]) or "job"
-                msg = "unknown key (typo?)" if e["type"] == "extra_forbidden" else e["msg"]
-                if msg.startswith("Value error, "):
-                    msg = msg[len("Value error, "):]
-                problems.append(f"{where}: {loc}: {msg}")
+            problems += [f"{where}: {line}" for line in validation_problems(exc, top="job")]
     if problems:
         raise ConfigError(f"{path}: invalid job file\n  " + "\n  ".join(problems))
     return jobs

@@ -44,14 +44,20 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return " ".join(str(exc).split())
 
 
-def describe_validation_error(err: ValidationError, source: str) -> str:
-    """One `source: key.path: problem` line per pydantic error (an unknown key says "typo?")."""
+def validation_problems(err: ValidationError, top: str = "(top level)") -> list[str]:
+    """One `key.path: problem` line per pydantic error (an unknown key says "typo?"); `top`
+    names an error of the whole object."""
     lines = []
     for e in err.errors():
-        loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
-        msg = "unknown key (typo?)" if e["type"] == "extra_forbidden" else e["msg"]
-        lines.append(f"{source}: {loc}: {msg}")
-    return "\n".join(lines)
+        loc = ".".join(str(x) for x in e["loc"]) or top
+        msg = "unknown key (typo?)" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, ")
+        lines.append(f"{loc}: {msg}")
+    return lines
+
+
+def describe_validation_error(err: ValidationError, source: str) -> str:
+    """One `source: key.path: problem` line per pydantic error."""
+    return "\n".join(f"{source}: {line}" for line in validation_problems(err))
 
 
 def read_yaml_model(path: str | Path, model: type[M], what: str) -> M:

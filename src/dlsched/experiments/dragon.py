@@ -24,10 +24,12 @@ from pathlib import Path
 from typing import Callable
 
 import pandas as pd
+from matplotlib.figure import Figure
 
 from dlsched.core.cluster import Cluster
 from dlsched.core.job import JobSpec
 from dlsched.core.policy import Named, Policy
+from dlsched.metrics.table import markdown_table
 from dlsched.paths import traces_dir
 from dlsched.policies.dragon import dragon
 from dlsched.policies.fifo import fifo
@@ -243,19 +245,10 @@ def results_markdown(report: DragonReport, cluster: Cluster, num_jobs: int) -> s
         "",
         "## Ablation: each capability switched off",
         "",
-        _markdown(report.ablation),
+        markdown_table(report.ablation, lambda v: f"{v:.3f}" if isinstance(v, float) else str(v)),
         "",
     ]
     return "\n".join(lines)
-
-
-def _markdown(df: pd.DataFrame) -> str:
-    def cell(v: object) -> str:
-        return f"{v:.3f}" if isinstance(v, float) else str(v)
-
-    rows = ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
-    rows += ["| " + " | ".join(cell(v) for v in r) + " |" for r in df.itertuples(index=False)]
-    return "\n".join(rows)
 
 
 def _table(summary: pd.DataFrame) -> str:
@@ -266,20 +259,16 @@ def _table(summary: pd.DataFrame) -> str:
         for c in cols:
             v, sd = r[c], r[f"{c}_std"]
             cells.append("–" if pd.isna(v) else f"{v:.3f} ± {sd:.3f}" if c.startswith("gpu") else f"{v:.2f} ± {sd:.2f}")
-        cells += [f"{r['finished']:.0f}", f"{r['unfinished']:.0f}", f"{r['restarts']:.0f}"]
-        rows.append("| " + " | ".join(cells) + " |")
-    head = "| workload | policy | mean JCT (min) | makespan (min) | GPU util. allocated | GPU util. compute | held GPU·h | nodes/job | finished | unfinished | restarts |"
-    return "\n".join([head, "|" + "---|" * 11] + rows)
+        rows.append(cells + [f"{r['finished']:.0f}", f"{r['unfinished']:.0f}", f"{r['restarts']:.0f}"])
+    head = ["workload", "policy", "mean JCT (min)", "makespan (min)", "GPU util. allocated", "GPU util. compute",
+            "held GPU·h", "nodes/job", "finished", "unfinished", "restarts"]
+    return markdown_table(pd.DataFrame(rows, columns=head))
 
 
 def _plot(report: DragonReport, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     s = report.summary[report.summary.workload == "dragon-tf-ps"]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    fig = Figure(figsize=(13, 4))
+    axes = fig.subplots(1, 3)
     for ax, (col, label) in zip(axes, [("mean_jct_min", "mean JCT (min)"), ("gpu_util_compute", "GPU compute utilization"),
                                        ("nodes_spanned", "nodes spanned per job")]):
         ax.bar(s["policy"], s[col], yerr=s[f"{col}_std"], color="#4c72b0", capsize=3)
@@ -288,5 +277,4 @@ def _plot(report: DragonReport, path: Path) -> None:
     fig.suptitle("DRAGON vs default Kubernetes and gang FIFO, with ablations (mean ± std over seeds)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 

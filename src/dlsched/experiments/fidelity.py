@@ -14,13 +14,13 @@ controller's tick (decisions happen up to one tick late), and the time a stop ta
 
 from __future__ import annotations
 
-import csv
 import statistics
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import pandas as pd
 
 from dlsched.live.spec import TrainJob
 from dlsched.live.workload_run import Arrival, LiveRun, run_workload
@@ -133,10 +133,7 @@ def run_fidelity(
             median_decision_ms=(_median(run.decision_times) or 0.0) * 1000 if run.decision_times else None,
         ))
     out.mkdir(parents=True, exist_ok=True)
-    with (out / "fidelity.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(FidelityRow.__dataclass_fields__))
-        w.writeheader()
-        for r in rows:
-            w.writerow(r.__dict__)
+    pd.DataFrame([asdict(r) for r in rows], columns=[f.name for f in fields(FidelityRow)]).to_csv(
+        out / "fidelity.csv", index=False)
     (out / "missing_rates.txt").write_text("\n".join(map(str, sorted(rates.missing))) + "\n")
     return rows

@@ -17,9 +17,11 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from dlsched.core.errors import ConfigError
 from dlsched.core.utility import classify, with_default_utilities
+from dlsched.metrics.table import markdown_table
 from dlsched.policies.registry import UTILITY_DRIVEN, make_policy
 from dlsched.sim.config import SimConfig
 from dlsched.sim.engine import simulate
@@ -119,13 +121,9 @@ def fig4_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _plots(t3: pd.DataFrame, d4: pd.DataFrame, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     pols = [p for p in POLICIES if p in t3.columns]
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
     x = np.arange(len(t3.index))
     w = 0.8 / max(1, len(pols))
     for i, p in enumerate(pols):
@@ -137,9 +135,9 @@ def _plots(t3: pd.DataFrame, d4: pd.DataFrame, out: Path) -> None:
     ax.legend()
     fig.tight_layout()
     fig.savefig(out / "fig3_total_utility.png", dpi=120)
-    plt.close(fig)
 
-    fig, axes = plt.subplots(1, 2, figsize=(9, 4), sharey=True)
+    fig = Figure(figsize=(9, 4))
+    axes = fig.subplots(1, 2, sharey=True)
     for ax, cls in zip(axes, ("time-critical", "time-sensitive")):
         data = [d4[(d4.policy == p) & (d4.cls == cls)]["delta"].dropna().to_numpy() for p in pols]
         ax.boxplot([d if len(d) else [np.nan] for d in data], showfliers=False)
@@ -150,16 +148,10 @@ def _plots(t3: pd.DataFrame, d4: pd.DataFrame, out: Path) -> None:
     fig.suptitle("OASiS Fig. 4 rerun (100 time-sensitive + 100 time-critical jobs, T = 100)")
     fig.tight_layout()
     fig.savefig(out / "fig4_completion_vs_target.png", dpi=120)
-    plt.close(fig)
 
 
 def _md(df: pd.DataFrame, floatfmt: str = ".3g") -> str:
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(str(c) for c in cols) + " |", "|" + "---|" * len(cols)]
-    for row in df.itertuples(index=False):
-        cells = [format(v, floatfmt) if isinstance(v, (float, np.floating)) else str(v) for v in row]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return markdown_table(df, lambda v: format(v, floatfmt) if isinstance(v, (float, np.floating)) else str(v))
 
 
 def run_experiment(out: Path, job_counts, seeds, fig4_seeds=None, step: Progress | None = None) -> dict:

@@ -38,6 +38,7 @@ from dlsched.core.job import JobSpec
 from dlsched.experiments.qos_metrics import (
     PlanRecorder, allocated_utilization, error_summary, fastest_alone, prediction_errors,
 )
+from dlsched.metrics.table import markdown_table
 from dlsched.paths import traces_dir
 from dlsched.policies.phases.sizing import ps_for
 from dlsched.policies.phases.placement import even_spread, pack
@@ -241,13 +242,17 @@ def _gains(table: pd.DataFrame) -> pd.DataFrame:
         qos = g[g.policy == "qos"].deadline_met.iloc[0]
         for base in ("kube-default", "kube-autoscale", "fifo", "edf", "qos-noscale"):
             b = g[g.policy == base].deadline_met.iloc[0]
-            rows.append({
-                "workload": w, "seed": sd, "resources": lvl, "baseline": base, "qos_met": qos, "baseline_met": b,
-                "gain_pp": 100.0 * (qos - b),
-                "gain_relative": (qos / b - 1.0) if b > 0 else math.inf if qos > 0 else math.nan,
-                "meets_paper_26pp": bool(100.0 * (qos - b) >= PAPER_GAIN_PP),
-            })
+            rows.append({"workload": w, "seed": sd, "resources": lvl, "baseline": base, **_gain(qos, b)})
     return pd.DataFrame(rows)
+
+
+def _gain(qos: float, base: float, **spread: float) -> dict:
+    """QoS's deadline completion against a baseline's: in percentage points (then `spread`),
+    relative, and whether the gain reaches the paper's."""
+    pp = 100.0 * (qos - base)
+    return {"qos_met": qos, "baseline_met": base, "gain_pp": pp, **spread,
+            "gain_relative": (qos / base - 1.0) if base > 0 else math.inf if qos > 0 else math.nan,
+            "meets_paper_26pp": bool(pp >= PAPER_GAIN_PP)}
 
 
 METRICS = ["deadline_met", "feasible_met", "rejected", "mean_jct_s", "restarts", "alloc_util"]
@@ -267,13 +272,8 @@ def _gain_summary(gains: pd.DataFrame) -> pd.DataFrame:
     """QoS minus each baseline in percentage points over seeds; relative = ratio of the means."""
     rows = []
     for (w, lvl, base), g in gains.groupby(["workload", "resources", "baseline"], sort=False):
-        q, b = g.qos_met.mean(), g.baseline_met.mean()
-        rows.append({
-            "workload": w, "resources": lvl, "baseline": base, "runs": len(g), "qos_met": q, "baseline_met": b,
-            "gain_pp": 100.0 * (q - b), "gain_pp_min": g.gain_pp.min(), "gain_pp_max": g.gain_pp.max(),
-            "gain_relative": (q / b - 1.0) if b > 0 else (math.inf if q > 0 else math.nan),
-            "meets_paper_26pp": bool(100.0 * (q - b) >= PAPER_GAIN_PP),
-        })
+        gain = _gain(g.qos_met.mean(), g.baseline_met.mean(), gain_pp_min=g.gain_pp.min(), gain_pp_max=g.gain_pp.max())
+        rows.append({"workload": w, "resources": lvl, "baseline": base, "runs": len(g), **gain})
     return pd.DataFrame(rows)
 
 
@@ -292,18 +292,12 @@ def _error_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _md(df: pd.DataFrame) -> str:
-    if not len(df):
-        return "(none)\n"
-
     def cell(v) -> str:
         if isinstance(v, float):
-            if math.isnan(v):
-                return "–"
-            return f"{v:.3f}" if abs(v) < 10 else f"{v:,.0f}"
+            return "–" if math.isnan(v) else f"{v:.3f}" if abs(v) < 10 else f"{v:,.0f}"
         return str(v)
 
-    head = "| " + " | ".join(df.columns) + " |\n|" + "---|" * len(df.columns) + "\n"
-    return head + "".join("| " + " | ".join(cell(v) for v in r) + " |\n" for r in df.itertuples(index=False))
+    return markdown_table(df, cell) + "\n" if len(df) else "(none)\n"
 
 
 def _markdown(table, summary, gains, errors, quick, seed, seeds, restart) -> str:

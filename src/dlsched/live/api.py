@@ -87,10 +87,6 @@ def describe_problems(errors: list[dict[str, Any]]) -> str:
     return "; ".join(lines)
 
 
-def _no_job(job_id: str) -> HTTPException:
-    return HTTPException(404, f"no job {job_id!r} (ids look like job-000001; GET /jobs lists them)")
-
-
 def create_app(store: Store, controller: Any = None, metrics: LiveMetrics | None = None) -> FastAPI:
     """The API over `store`. `controller` (optional) answers /cluster; `metrics` is served at /metrics."""
     metrics = metrics if metrics is not None else LiveMetrics()
@@ -136,18 +132,20 @@ def create_app(store: Store, controller: Any = None, metrics: LiveMetrics | None
     ) -> list[JobView]:
         return store.list(status_)
 
-    @app.get("/jobs/{job_id}", response_model=JobView, responses=_404, tags=["jobs"], summary="One job")
-    def get_job(job_id: str = _JOB_ID) -> JobView:
+    def _job(job_id: str) -> JobView:
         view = store.get(job_id)
         if view is None:
-            raise _no_job(job_id)
+            raise HTTPException(404, f"no job {job_id!r} (ids look like job-000001; GET /jobs lists them)")
         return view
+
+    @app.get("/jobs/{job_id}", response_model=JobView, responses=_404, tags=["jobs"], summary="One job")
+    def get_job(job_id: str = _JOB_ID) -> JobView:
+        return _job(job_id)
 
     @app.get("/jobs/{job_id}/events", response_model=list[EventView], responses=_404, tags=["jobs"],
              summary="What happened to a job, oldest first")
     def job_events(job_id: str = _JOB_ID, limit: int = Query(1000, ge=1, le=100_000)) -> list[EventView]:
-        if store.get(job_id) is None:
-            raise _no_job(job_id)
+        _job(job_id)
         return store.events(job_id, limit=limit)
 
     @app.post("/jobs/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=JobView,
@@ -155,15 +153,10 @@ def create_app(store: Store, controller: Any = None, metrics: LiveMetrics | None
               tags=["jobs"], summary="Ask for a job to be cancelled")
     def cancel(job_id: str = _JOB_ID) -> JobView:
         """Accepted, not done: the controller stops the job (checkpointing) on its next round."""
-        view = store.get(job_id)
-        if view is None:
-            raise _no_job(job_id)
+        view = _job(job_id)
         if view.status in FINISHED:
             raise HTTPException(409, f"job {job_id} already ended ({view.status}): nothing to cancel")
-        view = store.request_cancel(job_id)
-        if view is None:  # pragma: no cover - deleted meanwhile
-            raise _no_job(job_id)
-        return view
+        return store.request_cancel(job_id) or _job(job_id)  # deleted meanwhile: 404
 
     @app.get("/cluster", response_model=ClusterView, tags=["cluster"],
              responses={503: {"model": ErrorBody, "description": "no controller attached, or it failed"}},

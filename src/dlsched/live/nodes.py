@@ -26,7 +26,7 @@ import numpy as np
 import psutil
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from dlsched.config import read_yaml
+from dlsched.config import read_yaml, validation_problems
 from dlsched.core.cluster import Cluster
 from dlsched.core.errors import ConfigError
 
@@ -107,9 +107,7 @@ def parse_nodes(data: object, source: str = "nodes config") -> LocalNodes:
     try:
         return LocalNodes.model_validate(data)
     except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in e.errors())
-        raise ConfigError(f"{source}: {problems}") from None
+        raise ConfigError(f"{source}: " + "; ".join(validation_problems(e))) from None
 
 
 def load_nodes(path: str | Path) -> LocalNodes:

@@ -75,32 +75,21 @@ class RayBackend(RankBackend):
     """Gang-scheduled trainer runs on a Ray cluster (placement group per run, actor per rank)."""
 
     name = "ray"
+    #: the per-node label resources' prefix (see "Labelling nodes" in `ray_cluster`), and the cluster's name
+    prefix, cluster_name = "dlsched_node_", "ray"
 
-    def __init__(
-        self,
-        address: str | None = None,
-        slot_resource: str | None = None,
-        node_resource_prefix: str = "dlsched_node_",
-        trainer_cmd: list[str] | None = None,
-        *,
-        env: dict[str, str] | None = None,
-        node_ip_address: str | None = None,
-        pg_timeout: float = 30.0,
-        cluster_name: str = "ray",
-        local_num_cpus: int | None = None,
-        local_resources: dict[str, float] | None = None,
-        object_store_memory: int = 80 * 2**20,
-        standby: int = 0,
-    ):
+    def __init__(self, address: str | None = None, slot_resource: str | None = None,
+                 trainer_cmd: list[str] | None = None, *, env: dict[str, str] | None = None,
+                 pg_timeout: float = 30.0, local_num_cpus: int | None = None, standby: int = 0):
         """`address`: None starts a private single-node Ray on 127.0.0.1 (shut down by `close`),
-        labelled `<prefix>local` and given `local_resources` (default {"gpu_slot": CPU count}, so
-        a CPU machine has one slot per core); "auto", "host:port" or "ray://host:port" connect to
-        a running cluster. `slot_resource`: the Ray resource counted as GPU slots; None picks
-        "GPU" when any node has GPUs, else "gpu_slot". `trainer_cmd` replaces
-        `python -m dlsched.trainer` (the job's arguments are appended); `env` is added to every
-        trainer's environment (e.g. DLSCHED_THREADS). `standby`: warm trainer interpreters
-        kept per node (`RayStandbyPool`; the trainer command must accept `--standby`), 0 for cold
-        starts; they are started on every node at once and refilled as runs take them."""
+        labelled `<prefix>local` with one GPU slot per CPU (`local_num_cpus`, default all);
+        "auto", "host:port" or "ray://host:port" connect to a running cluster. `slot_resource`:
+        the Ray resource counted as GPU slots; None picks "GPU" when any node has GPUs, else
+        "gpu_slot". `trainer_cmd` replaces `python -m dlsched.trainer` (the job's arguments are
+        appended); `env` is added to every trainer's environment (e.g. DLSCHED_THREADS).
+        `standby`: warm trainer interpreters kept per node (`RayStandbyPool`; the trainer command
+        must accept `--standby`), 0 for cold starts; they are started on every node at once and
+        refilled as runs take them."""
         super().__init__()
         if slot_resource is not None and not slot_resource.strip():
             raise ConfigError("slot_resource must name a Ray resource (GPU or a custom one)")
@@ -109,20 +98,17 @@ class RayBackend(RankBackend):
         if standby < 0:
             raise ConfigError(f"standby must be >= 0, got {standby}")
         self.slot_resource = slot_resource
-        self.prefix = node_resource_prefix
         self.trainer_cmd = list(trainer_cmd) if trainer_cmd else None
         self.env = dict(env or {})
         self.pg_timeout = pg_timeout
         self.standby = standby
-        self.cluster_name = cluster_name
         self._pools: dict[tuple, Any] = {}
         self._nodes: list[RayNode] = []
         self._cluster: Cluster | None = None
         self._owns_ray = not ray.is_initialized()  # else: the caller's connection, left open on close()
         self._local_ray = None  # the Ray head this backend started (address=None)
         if self._owns_ray:
-            self._local_ray = connect(address, self.prefix, node_ip_address, local_num_cpus, local_resources,
-                                      object_store_memory)
+            self._local_ray = connect(address, self.prefix, local_num_cpus)
         try:
             self.refresh_nodes()
             if self.slot_resource is None:

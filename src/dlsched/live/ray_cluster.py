@@ -1,4 +1,4 @@
-"""Ray clusters as dlsched sees them: connecting, naming nodes, and a multi-node cluster on one machine.
+"""Ray clusters as dlsched sees them: connecting and naming nodes.
 
 Labelling nodes. The scheduler needs stable node names and the Ray backend needs to pin bundles to
 nodes. Give each Ray node a custom resource `dlsched_node_<name>` (value 1), and GPU slots either
@@ -17,14 +17,8 @@ Loopback. `connect(None, ...)` starts a private one-node Ray whose GCS, raylet a
 127.0.0.1 only (through `ray.cluster_utils.Cluster`: in Ray 2.60 `ray.init(_node_ip_address=
 "127.0.0.1")` still listens on every interface), labelled `dlsched_node_local`. Ray also rewrites
 a `127.0.0.1` address into the machine's public IP before connecting, which fails for a cluster
-bound to loopback (`ray start --node-ip-address=127.0.0.1`); `connect` reaches such addresses (or
-any with `node_ip_address="127.0.0.1"`) without that rewrite (`_keep_loopback`).
-
-`LocalRayCluster`: trying the Ray backend (tests, the fidelity experiment, a demo of `dlsched
-serve --backend ray`) needs more than one Ray node, and one machine can host several raylets.
-Every node gets the GPU-slot resource and the `dlsched_node_<name>` label the Ray backend pins
-placements with, and everything listens on loopback only. `close()` stops every process the
-cluster started and reports any that survived, by PID, so callers can assert nothing leaked.
+bound to loopback (`ray start --node-ip-address=127.0.0.1`); `connect` reaches such addresses
+without that rewrite (`_keep_loopback`).
 """
 
 from __future__ import annotations
@@ -32,10 +26,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -61,27 +54,24 @@ class RayNode:
     pin: str | None  # the resource a bundle takes a sliver of to land on this node
 
 
-def connect(address: str | None, prefix: str, node_ip_address: str | None = None, num_cpus: int | None = None,
-            resources: dict[str, float] | None = None, object_store_memory: int = DEFAULT_OBJECT_STORE) -> Any:
+def connect(address: str | None, prefix: str, num_cpus: int | None = None) -> Any:
     """`ray.init` for the Ray backend. `address` None: start a private one-node Ray on loopback
-    (labelled `<prefix>local`) and return it (a `ray.cluster_utils.Cluster`, for shutting down);
-    otherwise connect to "auto", "host:port" or "ray://host:port" and return None."""
+    (labelled `<prefix>local`, one GPU slot per CPU) and return it (a `ray.cluster_utils.Cluster`,
+    for shutting down); otherwise connect to "auto", "host:port" or "ray://host:port" and return None."""
     import ray
 
     if address is None:
-        res = dict(resources if resources is not None else {DEFAULT_SLOT: float(num_cpus or os.cpu_count() or 1)})
-        res.setdefault(f"{prefix}local", 1.0)
+        cpus = num_cpus or os.cpu_count() or 1
         # ray.init() would listen on every interface whatever _node_ip_address says (Ray 2.60);
         # a head started this way binds its GCS, raylet and agents to the given IP only.
         from ray.cluster_utils import Cluster as _LocalRay
 
-        ip = node_ip_address or "127.0.0.1"
         head = _LocalRay(initialize_head=True, head_node_args=dict(
-            node_ip_address=ip, include_dashboard=False, num_cpus=num_cpus or os.cpu_count() or 1,
-            num_gpus=_count_gpus(), resources=res, object_store_memory=object_store_memory))
+            node_ip_address="127.0.0.1", include_dashboard=False, num_cpus=cpus, num_gpus=_count_gpus(),
+            resources={DEFAULT_SLOT: float(cpus), f"{prefix}local": 1.0}, object_store_memory=DEFAULT_OBJECT_STORE))
         try:
-            with _keep_loopback(ip in LOOPBACK):
-                ray.init(address=head.address, _node_ip_address=ip, log_to_driver=False)
+            with _keep_loopback(True):
+                ray.init(address=head.address, _node_ip_address="127.0.0.1", log_to_driver=False)
         except BaseException:
             head.shutdown()
             raise
@@ -89,10 +79,9 @@ def connect(address: str | None, prefix: str, node_ip_address: str | None = None
     if address.startswith("ray://"):
         ray.init(address=address, log_to_driver=False)
         return None
-    host = address.rsplit(":", 1)[0] if ":" in address else address
-    ip = node_ip_address or ("127.0.0.1" if host in LOOPBACK else None)
-    with _keep_loopback(ip in LOOPBACK if ip else False):
-        ray.init(address=address, _node_ip_address=ip, log_to_driver=False)
+    loopback = (address.rsplit(":", 1)[0] if ":" in address else address) in LOOPBACK
+    with _keep_loopback(loopback):
+        ray.init(address=address, _node_ip_address="127.0.0.1" if loopback else None, log_to_driver=False)
     return None
 
 
@@ -169,85 +158,3 @@ def _keep_loopback(on: bool) -> Iterator[None]:
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = old
 
-
-class LocalRayCluster:
-    """Raylets named after `nodes` ({"a": 2, "b": 2} = two nodes with 2 slots each)."""
-
-    def __init__(self, nodes: Mapping[str, float], slot_resource: str = "gpu_slot", cpus_per_node: int = 2,
-                 node_resource_prefix: str = "dlsched_node_", object_store_memory: int = DEFAULT_OBJECT_STORE):
-        if not nodes:
-            raise ConfigError("a local Ray cluster needs at least one node")
-        for name, slots in nodes.items():
-            if not name or not str(name).replace("-", "").replace("_", "").isalnum():
-                raise ConfigError(f"node name {name!r}: use letters, digits, '-' and '_'")
-            if slots < 0:
-                raise ConfigError(f"node {name!r}: slots must be >= 0, got {slots}")
-        from ray.cluster_utils import Cluster
-
-        common = dict(node_ip_address="127.0.0.1", num_cpus=cpus_per_node, object_store_memory=object_store_memory)
-        self.names = names = list(nodes)
-        def args(name: str) -> dict:
-            gpus = int(nodes[name]) if slot_resource == "GPU" else 0  # Ray counts GPUs it is told of
-            return dict(resources=self._resources(name, nodes[name], slot_resource, node_resource_prefix),
-                        num_gpus=gpus, **common)
-
-        self._cluster = Cluster(initialize_head=True, head_node_args=dict(include_dashboard=False, **args(names[0])))
-        try:
-            for name in names[1:]:
-                self._cluster.add_node(**args(name))
-        except BaseException:
-            self.close()
-            raise
-
-    @staticmethod
-    def _resources(name: str, slots: float, slot_resource: str, prefix: str) -> dict[str, float]:
-        res = {f"{prefix}{name}": 1.0}
-        if slots and slot_resource != "GPU":
-            res[slot_resource] = float(slots)
-        return res
-
-    @property
-    def address(self) -> str:
-        return self._cluster.address
-
-    def pids(self) -> set[int]:
-        """Every process of the cluster now: raylets, GCS, agents and their children (workers)."""
-        import psutil
-
-        out: set[int] = set()
-        for node in [self._cluster.head_node, *self._cluster.worker_nodes]:
-            if node is None:
-                continue
-            for procs in node.all_processes.values():
-                for p in procs:
-                    out.add(p.process.pid)
-                    with suppress(psutil.NoSuchProcess):
-                        out.update(c.pid for c in psutil.Process(p.process.pid).children(recursive=True))
-        return out
-
-    def close(self, extra_pids: set[int] | None = None, timeout: float = 15.0) -> list[int]:
-        """Stop every node; returns the PIDs (of the cluster, and `extra_pids`) still alive after
-        `timeout`, which should be none."""
-        import psutil
-
-        pids = self.pids() | set(extra_pids or ())
-        self._cluster.shutdown()
-        deadline = time.time() + timeout
-
-        def alive(pid: int) -> bool:
-            try:
-                return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-            except psutil.NoSuchProcess:
-                return False
-
-        left = [p for p in pids if alive(p)]
-        while left and time.time() < deadline:
-            time.sleep(0.1)
-            left = [p for p in left if alive(p)]
-        return left
-
-    def __enter__(self) -> "LocalRayCluster":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

@@ -22,7 +22,7 @@ class TrainJob(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str | None = Field(None, max_length=100, description="a label for people; ids are assigned")
-    # the names of dlsched.trainer.defaults.MODELS, spelled out so the OpenAPI schema lists them
+    # the names of dlsched.trainer.cli.MODELS, spelled out so the OpenAPI schema lists them
     model: Literal["mlp", "cnn", "transformer"] = Field(description="which network to train")
     mode: Literal["ddp", "ps"] = Field("ddp", description="data-parallel all-reduce or parameter servers")
     steps: int = Field(gt=0, le=10_000_000, description="total training steps of the global batch")

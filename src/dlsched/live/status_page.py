@@ -51,8 +51,8 @@ def _bar(used: float, total: float) -> str:
     return f'<span class="bar" title="{pct:.0f}%"><span style="width:{pct:.1f}%"></span></span>'
 
 
-def _num(x: float) -> str:
-    return f"{x:g}"
+#: (label, key in a node of `Controller.cluster_view()`, unit) of the bars on each node card
+_RESOURCES = (("GPU", "gpus", ""), ("CPU", "cpus", ""), ("mem", "mem_gb", " GB"))
 
 
 def _nodes_html(cluster: dict[str, Any] | None, problem: str = "") -> str:
@@ -65,12 +65,10 @@ def _nodes_html(cluster: dict[str, Any] | None, problem: str = "") -> str:
     cards = []
     for n in cluster.get("nodes", []):
         jobs = ", ".join(escape(str(j)) for j in n.get("jobs", [])) or "idle"
-        cards.append(
-            f'<div class="node"><b>{escape(str(n.get("name", "?")))}</b><br>'
-            f'GPU {_bar(n.get("used_gpus", 0), n.get("gpus", 0))} {_num(n.get("used_gpus", 0))}/{_num(n.get("gpus", 0))}<br>'
-            f'CPU {_bar(n.get("used_cpus", 0), n.get("cpus", 0))} {_num(n.get("used_cpus", 0))}/{_num(n.get("cpus", 0))}<br>'
-            f'mem {_bar(n.get("used_mem_gb", 0), n.get("mem_gb", 0))} {_num(n.get("used_mem_gb", 0))}/'
-            f'{_num(n.get("mem_gb", 0))} GB<br><span class="muted">{jobs}</span></div>')
+        bars = "".join(f'{label} {_bar(n.get("used_" + key, 0), n.get(key, 0))} {n.get("used_" + key, 0):g}/'
+                       f'{n.get(key, 0):g}{unit}<br>' for label, key, unit in _RESOURCES)
+        cards.append(f'<div class="node"><b>{escape(str(n.get("name", "?")))}</b><br>{bars}'
+                     f'<span class="muted">{jobs}</span></div>')
     return head + '<div class="nodes">' + "".join(cards) + "</div>"
 
 

@@ -139,13 +139,8 @@ class _Meta(_Base):
 
 
 def _view(row: _Job) -> JobView:
-    return JobView(
-        id=format_job_id(row.seq), name=row.name, spec=TrainJob.model_validate(row.spec), status=row.status,
-        submitted_at=row.submitted_at, started_at=row.started_at, finished_at=row.finished_at,
-        steps_done=row.steps_done or 0, loss=row.loss, steps_per_s=row.steps_per_s, workers=row.workers or 0,
-        ps=row.ps or 0, nodes=list(row.nodes or []), attempt=row.attempt or 0, restarts=row.restarts or 0,
-        reason=row.reason or "", cancel_requested=bool(row.cancel_requested), job_dir=row.job_dir,
-    )
+    fields = {f: getattr(row, f) for f in UPDATABLE | {"submitted_at"}}
+    return JobView(id=format_job_id(row.seq), spec=TrainJob.model_validate(row.spec), **fields)
 
 
 def _make_engine(url: str) -> Engine:
@@ -217,13 +212,10 @@ class Store:
         """Record a submitted job as queued; its id is the next in a sequence never reused."""
         now = time.time() if now is None else float(now)
         with self._write_lock, self._session.begin() as s:
-            row = _Job(name=job.name, spec=job.model_dump(mode="json"), status="queued", submitted_at=now,
-                       steps_done=0, workers=0, ps=0, nodes=[], attempt=0, restarts=0, reason="",
-                       cancel_requested=False)
+            row = _Job(name=job.name, spec=job.model_dump(mode="json"), status="queued", submitted_at=now)
             s.add(row)
             s.flush()
-            s.add(_Event(job_seq=row.seq, time=now, kind="submitted", message=f"{job.model} x{job.steps} steps",
-                         data={}))
+            s.add(_Event(job_seq=row.seq, time=now, kind="submitted", message=f"{job.model} x{job.steps} steps"))
             return _view(row)
 
     def get(self, job_id: str) -> JobView | None:
@@ -280,7 +272,7 @@ class Store:
                 return None
             if not row.cancel_requested:
                 s.execute(update(_Job).where(_Job.seq == seq).values(cancel_requested=True))
-                s.add(_Event(job_seq=seq, time=time.time(), kind="cancel-requested", message="", data={}))
+                s.add(_Event(job_seq=seq, time=time.time(), kind="cancel-requested"))
                 row = s.get(_Job, seq, populate_existing=True)
             return _view(row)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -163,3 +163,9 @@ def summary_rows(results: Sequence[SimResult]) -> list[dict]:
     """Each policy's full summary dict (the raw units: seconds, fractions), JSON-serialisable."""
     return [{**{k: _json_value(v) for k, v in r.summary.items()}, "policy": label}
             for label, r in zip(policy_labels(results), results)]
+
+
+def markdown_table(df: pd.DataFrame, cell: Callable[[Any], str] = str) -> str:
+    """`df` as a markdown table, every value through `cell` (the experiments' RESULTS files)."""
+    rows = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
+    return "\n".join(rows + ["| " + " | ".join(map(cell, r)) + " |" for r in df.itertuples(index=False)])

@@ -38,7 +38,7 @@ from dlsched.core.errors import ConfigError
 from dlsched.core.job import JobSpec
 from dlsched.throughput.base import ThroughputModel
 from dlsched.throughput.dl2_constants import DL2ModelConstants, load_dl2_constants
-from dlsched.throughput.topology import MB_PER_GB
+from dlsched.throughput.topology import Span, bandwidth_mbs, extra_params, has_extra
 
 DL2_PREFIX = "dl2:"
 PS_PREFIX = "ps:"
@@ -67,16 +67,14 @@ class ParameterServerModel(ThroughputModel):
     def supports(self, spec: JobSpec) -> bool:
         m = spec.model
         if m.startswith(DL2_PREFIX):
-            return m[len(DL2_PREFIX):] in self.dl2 or _has_extra(spec)
-        return m.startswith(PS_PREFIX) and _has_extra(spec)
+            return m[len(DL2_PREFIX):] in self.dl2 or has_extra(spec)
+        return m.startswith(PS_PREFIX) and has_extra(spec)
 
     # ------------------------------------------------------------------ parameters
     def params(self, spec: JobSpec, cluster: Cluster) -> Params:
         net = cluster.network
-        if _has_extra(spec):
-            compute, size = _extra(spec)
-            return (compute, size, net.intra_node_gbps * MB_PER_GB, net.inter_node_gbps * MB_PER_GB,
-                    net.inter_rack_gbps * MB_PER_GB)
+        if has_extra(spec):
+            return (*extra_params(spec), *(bandwidth_mbs(net, where) for where in Span))
         c = self.dl2.get(spec.model[len(DL2_PREFIX):]) if spec.model.startswith(DL2_PREFIX) else None
         if c is None:
             raise ConfigError(
@@ -162,16 +160,3 @@ class ParameterServerModel(ThroughputModel):
             worst = max(worst, compute + max(shard / side, shard / eff_intra))
         return worst
 
-
-def _has_extra(spec: JobSpec) -> bool:
-    return "compute_s" in spec.extra and "model_size_mb" in spec.extra
-
-
-def _extra(spec: JobSpec) -> tuple[float, float]:
-    try:
-        compute, size = float(spec.extra["compute_s"]), float(spec.extra["model_size_mb"])
-    except (TypeError, ValueError):
-        raise ConfigError(f"job {spec.job_id!r}: extra 'compute_s' and 'model_size_mb' must be numbers") from None
-    if not (compute > 0 and size >= 0):
-        raise ConfigError(f"job {spec.job_id!r}: need compute_s > 0 and model_size_mb >= 0")
-    return compute, size

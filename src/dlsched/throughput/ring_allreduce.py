@@ -32,7 +32,7 @@ from dlsched.core.job import JobSpec
 from dlsched.throughput.base import ThroughputModel
 from dlsched.throughput.dl2_constants import DL2ModelConstants, load_dl2_constants
 from dlsched.throughput.ring_profiles import RING_PROFILES, RingProfile
-from dlsched.throughput.topology import bandwidth_mbs, span
+from dlsched.throughput.topology import bandwidth_mbs, extra_params, has_extra, span
 
 PREFIXES = ("ring:", "gavel:")
 BATCH_MODES = ("global", "local")
@@ -69,20 +69,15 @@ class RingAllReduceModel(ThroughputModel):
         name = self._split(spec.model)
         if name is None:
             return False
-        if spec.model.startswith("ring:") and "compute_s" in spec.extra and "model_size_mb" in spec.extra:
+        if spec.model.startswith("ring:") and has_extra(spec):
             return True
         return name in self.profiles
 
     def params(self, spec: JobSpec) -> tuple[float, float, str]:
         """(compute_s, model_size_mb, batch mode) of a job."""
         ex = spec.extra
-        if "compute_s" in ex and "model_size_mb" in ex:
-            try:
-                compute, size = float(ex["compute_s"]), float(ex["model_size_mb"])
-            except (TypeError, ValueError):
-                raise ConfigError(f"job {spec.job_id!r}: extra 'compute_s' and 'model_size_mb' must be numbers") from None
-            if not (compute > 0 and size >= 0):
-                raise ConfigError(f"job {spec.job_id!r}: need compute_s > 0 and model_size_mb >= 0")
+        if has_extra(spec):
+            compute, size = extra_params(spec)
             mode = str(ex.get("batch", self.batch))
         else:
             cached = self._params.get(spec.model)
@@ -98,7 +93,7 @@ class RingAllReduceModel(ThroughputModel):
         if mode not in BATCH_MODES:
             raise ConfigError(f"job {spec.job_id!r}: extra 'batch' must be one of {BATCH_MODES}, got {mode!r}")
         out = (compute, size, mode)
-        if "compute_s" not in ex and "batch" not in ex:
+        if not has_extra(spec) and "batch" not in ex:
             self._params[spec.model] = out
         return out
 

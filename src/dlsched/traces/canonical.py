@@ -107,50 +107,46 @@ def read(path: Path, log: ProblemLog, *, elastic: bool = False, seed: int = 0) -
         "gpu_type": checks.texts(df, "gpu_type", log, required=False, default=None),
         "batch_size": num("batch_size", min_value=1, integer=True),
         "work_known": checks.booleans(df, "work_known", log, default=False),
-        "utility": _utilities(df, log),
-        "extra": _extras(df, log),
+        "utility": _cells(df, "utility", log, _utility),
+        "extra": _cells(df, "extra", log, _extra),
     }
     for col, default in (("worker_gpu", 1.0), ("worker_cpu", 4.0), ("worker_mem", 16.0), ("ps_gpu", 0.0), ("ps_cpu", 2.0), ("ps_mem", 8.0)):
         cols[col] = num(col, default=default, min_value=0)
     return Parsed(pd.DataFrame(cols), **meta)
 
 
-def _utilities(df: pd.DataFrame, log: ProblemLog) -> list:
-    vals = checks.texts(df, "utility", log, required=False, default=None)
+def _cells(df: pd.DataFrame, col: str, log: ProblemLog, parse) -> list:
+    """Parse each non-empty cell of a text column: `parse(text)` returns the value, or a problem
+    (a str) that is reported at the cell's row (the value stays None)."""
     out: list = [None] * len(df)
     lines = checks.lines_of(df)
-    for i, v in enumerate(vals):
-        if v is None:
-            continue
-        m = _SIGMOID.match(v)
-        try:
-            g = [float(x) for x in m.groups()] if m else None
-        except ValueError:
-            g = None
-        if g is None or not all(math.isfinite(x) for x in g):
-            log.add(int(lines[i]), "utility", f"expected sigmoid(gamma1,gamma2,gamma3), got {v!r}")
-            continue
-        out[i] = SigmoidUtility(*g)
+    for i, v in enumerate(checks.texts(df, col, log, required=False, default=None)):
+        if v is not None:
+            got = parse(v)
+            if isinstance(got, str):
+                log.add(int(lines[i]), col, got)
+            else:
+                out[i] = got
     return out
 
 
-def _extras(df: pd.DataFrame, log: ProblemLog) -> list:
-    vals = checks.texts(df, "extra", log, required=False, default=None)
-    out: list = [None] * len(df)
-    lines = checks.lines_of(df)
-    for i, v in enumerate(vals):
-        if v is None:
-            continue
-        try:
-            obj = json.loads(v)
-        except json.JSONDecodeError as e:
-            log.add(int(lines[i]), "extra", f"not valid JSON ({e.msg})")
-            continue
-        if not isinstance(obj, dict):
-            log.add(int(lines[i]), "extra", "must be a JSON object ({...})")
-            continue
-        out[i] = obj
-    return out
+def _utility(text: str) -> SigmoidUtility | str:
+    m = _SIGMOID.match(text)
+    try:
+        g = [float(x) for x in m.groups()] if m else None
+    except ValueError:
+        g = None
+    if g is None or not all(math.isfinite(x) for x in g):
+        return f"expected sigmoid(gamma1,gamma2,gamma3), got {text!r}"
+    return SigmoidUtility(*g)
+
+
+def _extra(text: str) -> dict | str:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        return f"not valid JSON ({e.msg})"
+    return obj if isinstance(obj, dict) else "must be a JSON object ({...})"
 
 
 def write_trace(w: Workload, path: str | Path) -> list[str]:

@@ -1,4 +1,5 @@
-"""Command line and environment of one trainer process (the trainer contract)."""
+"""Command line and environment of one trainer process (the trainer contract); importable without
+torch, so bad arguments fail fast."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ import sys
 import uuid
 from pathlib import Path
 
-from typing import TYPE_CHECKING
-
-from dlsched.trainer.defaults import DEFAULT_LR, DEFAULT_WIDTH, MODELS
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     from dlsched.trainer.common import Run
 
+MODELS: tuple[str, ...] = ("mlp", "cnn", "transformer")
+#: `--width` default per model: MLP hidden units, CNN channels, transformer d_model.
+DEFAULT_WIDTH = {"mlp": 128, "cnn": 16, "transformer": 64}
+DEFAULT_LR = {"mlp": 3e-3, "cnn": 3e-3, "transformer": 3e-3}
 DEFAULT_COMM_TIMEOUT = 60.0
 
 EPILOG = """\
@@ -40,25 +43,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"dlsched.trainer: error: {message}\n")
 
 
-def _positive_int(s: str) -> int:
-    v = int(s)
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {s}")
-    return v
+def _at_least(cast: Callable[[str], float], low: float, strict: bool) -> Callable[[str], float]:
+    """An argparse type: the text through `cast`, required > `low` (`strict`) or >= `low`."""
+    def parse(s: str) -> float:
+        v = cast(s)
+        if not (v > low if strict else v >= low):  # NaN fails too
+            raise argparse.ArgumentTypeError(f"must be {'>' if strict else '>='} {low:g}, got {s}")
+        return v
+
+    parse.__name__ = cast.__name__  # argparse's "invalid int value: 'x'"
+    return parse
 
 
-def _nonneg_int(s: str) -> int:
-    v = int(s)
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {s}")
-    return v
-
-
-def _positive_float(s: str) -> float:
-    v = float(s)
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {s}")
-    return v
+_positive_int, _nonneg_int, _positive_float = _at_least(int, 0, True), _at_least(int, 0, False), _at_least(float, 0, True)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,5 +1,5 @@
 """What both distribution modes share: the run's settings, model/optimizer set-up from a
-checkpoint or from the seed, and the end-of-run bookkeeping."""
+checkpoint or from the seed, and the reporting rank's bookkeeping (records, checkpoints, the end)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import torch
 
 from dlsched.trainer import checkpoint
 from dlsched.trainer.models import build_model
+from dlsched.trainer.report import Reporter
 
 
 @dataclass
@@ -67,11 +68,6 @@ def initial_state(run: Run) -> tuple[torch.nn.Module, dict | None]:
     return model, state
 
 
-def checkpoint_state(run: Run, step: int, params: dict, opt_state: dict) -> dict:
-    return {"model": run.model, "width": run.width, "seed": run.seed, "step": step, "lr": run.lr,
-            "params": params, "opt": opt_state, "rng": torch.random.get_rng_state()}
-
-
 class Clock:
     """When the next periodic checkpoint is due."""
 
@@ -84,3 +80,36 @@ class Clock:
             self.next = time.monotonic() + self.every
             return True
         return False
+
+
+def save_checkpoint(run: Run, rep: Reporter, step: int, params: dict, opt_state: dict, since: float) -> None:
+    """Write the checkpoint of `step` and record how long it took since `since` (gathering included)."""
+    checkpoint.save(run.job_dir, {"model": run.model, "width": run.width, "seed": run.seed, "step": step, "lr": run.lr,
+                                  "params": params, "opt": opt_state, "rng": torch.random.get_rng_state()})
+    rep.emit("checkpoint", step, seconds=time.time() - since)
+
+
+def after_step(run: Run, rep: Reporter, clock: Clock, step: int, start: int, loss: float, stop_now: bool,
+               marks: tuple[float, float, float], save) -> None:
+    """After each step: the "start" record once the run's first step is done (with how long the
+    rendezvous, loading and that step took, from `marks` = process start, rendezvous done, state
+    loaded), progress records, and the periodic checkpoint (`save(step)`)."""
+    if step == start + 1:
+        t0, t_init, t_load = marks
+        rep.start(step, resumed_from=start, loss=loss, init_s=t_init - t0, load_s=t_load - t_init,
+                  first_step_s=time.time() - t_load)
+    rep.maybe_progress(step, loss)
+    if clock.due() and step < run.steps and not stop_now:
+        save(step)
+
+
+def end_of_run(run: Run, rep: Reporter, step: int, start: int, loss: float, save) -> None:
+    """All steps trained: final checkpoint, then `done.json`; else stopped: checkpoint and say so."""
+    if step >= run.steps:
+        if step > start:
+            save(step)
+        checkpoint.write_done(run.job_dir, {"step": step, "loss": loss, "time": time.time(), "run": run.run_id})
+        rep.emit("done", step, loss=loss)
+    else:
+        save(step)
+        rep.emit("stop", step, loss=loss)

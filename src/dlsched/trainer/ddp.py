@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from dlsched.trainer import checkpoint
-from dlsched.trainer.common import Clock, Run, checkpoint_state, initial_state, loopback_hints
+from dlsched.trainer.common import Clock, Run, after_step, end_of_run, initial_state, loopback_hints, save_checkpoint
 from dlsched.trainer.models import Task, share
 from dlsched.trainer.report import Reporter
 from dlsched.trainer.signals import STOP
@@ -38,6 +38,12 @@ def run_ddp(run: Run) -> None:
     n = sum(p.numel() for p in params)
     buf = torch.zeros(n + 2)
     clock = Clock(run.checkpoint_every)
+
+    def save(at: int) -> None:
+        t = time.time()
+        save_checkpoint(run, rep, at, {k: v.detach().clone() for k, v in named.items()},
+                        checkpoint.opt_state_by_name(opt, named), t)
+
     step, loss = start, float("nan")
     STOP.training = True
     stop_now = start >= run.steps
@@ -64,27 +70,6 @@ def run_ddp(run: Run) -> None:
         loss = float(buf[n])
         stop_now = buf[n + 1].item() > 0
         if rep is not None:
-            if step == start + 1:
-                t1 = time.time()
-                rep.start(step, resumed_from=start, loss=loss, init_s=t_init - t0, load_s=t_load - t_init,
-                          first_step_s=t1 - t_load)
-            rep.maybe_progress(step, loss)
-            if clock.due() and step < run.steps and not stop_now:
-                _save(run, rep, step, named, opt)
-    if rep is None:
-        return
-    if step >= run.steps:
-        if step > start:
-            _save(run, rep, step, named, opt)
-        checkpoint.write_done(run.job_dir, {"step": step, "loss": loss, "time": time.time(), "run": run.run_id})
-        rep.emit("done", step, loss=loss)
-    else:
-        _save(run, rep, step, named, opt)
-        rep.emit("stop", step, loss=loss)
-
-
-def _save(run: Run, rep: Reporter, step: int, named: dict, opt: torch.optim.Optimizer) -> None:
-    t = time.time()
-    params = {k: v.detach().clone() for k, v in named.items()}
-    checkpoint.save(run.job_dir, checkpoint_state(run, step, params, checkpoint.opt_state_by_name(opt, named)))
-    rep.emit("checkpoint", step, seconds=time.time() - t)
+            after_step(run, rep, clock, step, start, loss, stop_now, (t0, t_init, t_load), save)
+    if rep is not None:
+        end_of_run(run, rep, step, start, loss, save)

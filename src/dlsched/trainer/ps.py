@@ -19,7 +19,7 @@ import torch
 import torch.distributed.rpc as rpc
 
 from dlsched.trainer import checkpoint
-from dlsched.trainer.common import Clock, Run, checkpoint_state, initial_state, loopback_hints
+from dlsched.trainer.common import Clock, Run, after_step, end_of_run, initial_state, loopback_hints, save_checkpoint
 from dlsched.trainer.models import Task, build_model, share
 from dlsched.trainer.report import Reporter
 from dlsched.trainer.signals import STOP
@@ -188,21 +188,9 @@ def _work(run: Run) -> int:
             stop_now = stop_now or stop
         step += 1
         if rep is not None:
-            if step == start + 1:
-                rep.start(step, resumed_from=start, loss=loss, init_s=t_init - t0, load_s=t_load - t_init,
-                          first_step_s=time.time() - t_load)
-            rep.maybe_progress(step, loss)
-            if clock.due() and step < run.steps and not stop_now:
-                _save(run, rep, step)
+            after_step(run, rep, clock, step, start, loss, stop_now, (t0, t_init, t_load), lambda at: _save(run, rep, at))
     if rep is not None:
-        if step >= run.steps:
-            if step > start:
-                _save(run, rep, step)
-            checkpoint.write_done(run.job_dir, {"step": step, "loss": loss, "time": time.time(), "run": run.run_id})
-            rep.emit("done", step, loss=loss)
-        else:
-            _save(run, rep, step)
-            rep.emit("stop", step, loss=loss)
+        end_of_run(run, rep, step, start, loss, lambda at: _save(run, rep, at))
         for i in range(run.num_ps):
             rpc.rpc_sync(ps_name(i), _rpc_finish)
     rpc.shutdown(graceful=True)
@@ -224,5 +212,4 @@ def _save(run: Run, rep: Reporter, step: int) -> None:
             raise RuntimeError(f"parameter server {i} is at step {s}, expected {step}")
         params.update(p)
         opt.update(o)
-    checkpoint.save(run.job_dir, checkpoint_state(run, step, params, opt))
-    rep.emit("checkpoint", step, seconds=time.time() - t)
+    save_checkpoint(run, rep, step, params, opt, t)
