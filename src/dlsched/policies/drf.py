@@ -125,14 +125,13 @@ class Drf(PhasedPolicy):
         total = np.asarray(snap.cluster.total, dtype=float) + 1e-9
         granted = np.zeros(n, dtype=bool)
         if n:
-            used = np.cumsum(need, axis=0)
-            fits = (used <= total).all(axis=1)  # False from the first unit that does not fit
-            f = n if fits[-1] else int(np.argmin(fits))
+            used = np.cumsum(need, axis=0)  # each column non-decreasing: the granted prefix ends
+            f = min(int(np.searchsorted(used[:, r], total[r], "right")) for r in range(3))  # at the first miss
             granted[:f] = True
             left = total - used[f - 1] if f else total
             i = f + 1
             while i < n and left[0] >= self._smallest:  # after it, the units that still fit, in order
-                later = (need[i:] <= left).all(axis=1)
+                later = (need[i:, 0] <= left[0]) & (need[i:, 1] <= left[1]) & (need[i:, 2] <= left[2])
                 j = int(np.argmax(later))
                 if not later[j]:
                     break
