@@ -134,15 +134,20 @@ class Autoscaler:
     # ------------------------------------------------------------------ running jobs
     def grow(self, snap: Snapshot, job: JobState) -> int:
         n = job.num_workers
+        spec = job.spec
+        d = spec.deadline
+        may_grow = self.scale and d is not None and n < spec.max_workers
+        key = (job.job_id, float(job.last_start or 0.0))
+        if not may_grow and key in self.predictions:
+            # the prediction would only feed the run's record, already made: on a trace of rigid
+            # jobs without deadlines (Philly) this is every running job on every call
+            return n
         pred = self.finish.predictor.predict(job, snap.now)
         if pred is None:
             return n  # before the prediction point
-        key = (job.job_id, float(job.last_start or 0.0))
         if key not in self.predictions:
             self.predictions[key] = PredictionRecord(job.job_id, snap.now, n, job.num_ps, pred)
-        spec = job.spec
-        d = spec.deadline
-        if not self.scale or d is None or pred.time <= d or n >= spec.max_workers:
+        if d is None or not may_grow or pred.time <= d:
             return n
         left = d - snap.now - snap.restart_overhead
         if left <= 0:
