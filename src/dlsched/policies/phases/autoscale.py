@@ -44,6 +44,8 @@ from dlsched.policies.phases.deadline import EarliestFinish
 from dlsched.policies.phases.sizing import ps_for
 
 INITIAL = ("predict", "default")
+#: `wake_at` asks for a call this long after a job's prediction point, so the job is ready then.
+WAKE_AFTER = 1e-6
 
 
 def ps_steps_shrink(spec: JobSpec, workers: int, ps: int) -> Iterator[tuple[int, int]]:
@@ -100,7 +102,7 @@ class Autoscaler:
         for j in snap.running:
             if j.rate > 0 and not pred.ready(j, snap.now):
                 steps = float(j.spec.extra.get("min_predict_steps", pred.default_min_steps))
-                times.append(j.resume_at + steps / j.rate + 1e-6)
+                times.append(j.resume_at + steps / j.rate + WAKE_AFTER)
         later = [t for t in times if t > snap.now]
         return min(later) if later else None
 
