@@ -57,10 +57,14 @@ class EarliestFinish:
     speeds: SpeedPool = field(default_factory=SpeedPool)
 
     def observe(self, snap: Snapshot) -> None:
-        jobs = snap.running + snap.pending
-        for j in jobs:
+        """Merge new measured speeds and finished jobs' totals, from what changed only: a rate is
+        measured while a job runs (a job stopped since the last call is in `snap.stopped`), and a
+        job's total becomes history when it leaves (`snap.finished`); waiting jobs add nothing."""
+        for j in snap.running:
             self.speeds.observe(j)
-        self.predictor.observe(jobs)
+        for j in snap.stopped:
+            self.speeds.observe(j)
+        self.predictor.observe(list(snap.finished))
 
     def speed(self, job: JobState, workers: int) -> float | None:
         if workers == job.num_workers and job.status is JobStatus.RUNNING and job.rate > 0:
