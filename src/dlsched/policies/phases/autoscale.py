@@ -77,6 +77,8 @@ class Autoscaler:
     scale: bool = True
     predictions: dict[tuple[str, float], PredictionRecord] = field(default_factory=dict)
     last_reason: dict[str, str] = field(default_factory=dict)
+    _ready: dict[str, tuple] = field(default_factory=dict)  # job -> (last_start, rate, resume_at) seen ready
+    _default: dict[str, tuple[int, int]] = field(default_factory=dict)  # waiting job -> its fixed start size
 
     def __post_init__(self) -> None:
         if not self.c > 0:
@@ -86,6 +88,9 @@ class Autoscaler:
 
     def observe(self, snap: Snapshot) -> None:
         self.finish.observe(snap)
+        for j in snap.finished:
+            self._ready.pop(j.job_id, None)
+            self._default.pop(j.job_id, None)
 
     def reset(self) -> None:
         pred = self.finish.predictor
@@ -93,14 +98,21 @@ class Autoscaler:
         self.finish.speeds = type(self.finish.speeds)()
         self.predictions.clear()
         self.last_reason.clear()
+        self._ready.clear()
+        self._default.clear()
 
     def wake_at(self, snap: Snapshot) -> float | None:
         """When the next running job reaches its prediction point, so the autoscaler acts then
         and not up to a whole interval later (a live controller would watch the step counter)."""
         pred = self.finish.predictor
         times = []
+        ready = self._ready
         for j in snap.running:
-            if j.rate > 0 and not pred.ready(j, snap.now):
+            # a run that was ready stays so while its rate and pause are unchanged (steps only grow)
+            if j.rate > 0 and ready.get(j.job_id) != (j.last_start, j.rate, j.resume_at):
+                if pred.ready(j, snap.now):
+                    ready[j.job_id] = (j.last_start, j.rate, j.resume_at)
+                    continue
                 steps = float(j.spec.extra.get("min_predict_steps", pred.default_min_steps))
                 times.append(j.resume_at + steps / j.rate + WAKE_AFTER)
         later = [t for t in times if t > snap.now]
@@ -108,8 +120,21 @@ class Autoscaler:
 
     def size(self, snap: Snapshot, jobs: list[JobState]) -> list[tuple[JobState, int, int]]:
         out = []
+        default = self._default
         for job in jobs:
             running = job.status is JobStatus.RUNNING
+            if running:
+                if self._settled(job):  # what `grow` would return, without its calls
+                    out.append((job, job.num_workers, job.num_ps))
+                    continue
+            elif (size := default.get(job.job_id)) is not None:
+                out.append((job, *size))
+                continue
+            elif self._at_default(job.spec):
+                w = max(job.spec.min_workers, min(job.spec.num_workers, job.spec.max_workers))
+                default[job.job_id] = size = (w, ps_for(job.spec, w))
+                out.append((job, *size))
+                continue
             w = self.grow(snap, job) if running else self.start_size(snap, job)
             w = max(job.spec.min_workers, min(w, job.spec.max_workers))
             ps = job.num_ps if running and w == job.num_workers else ps_for(job.spec, w)
@@ -117,12 +142,16 @@ class Autoscaler:
         return out
 
     # ------------------------------------------------------------------ pending jobs
+    def _at_default(self, spec: JobSpec) -> bool:
+        """A waiting job starts at its requested size whatever the clock (fixed for its life)."""
+        return self.initial == "default" or spec.deadline is None or not spec.elastic
+
     def start_size(self, snap: Snapshot, job: JobState) -> int:
         spec = job.spec
         by_deadline = spec.extra.get("size_by") == "deadline"
         lo = spec.min_workers if by_deadline else spec.num_workers
         default = spec.num_workers
-        if self.initial == "default" or spec.deadline is None or not spec.elastic:
+        if self._at_default(spec):
             return default
         target = spec.deadline - snap.restart_overhead  # room for one corrective resize
         for w in range(lo, spec.max_workers + 1):
@@ -134,15 +163,23 @@ class Autoscaler:
         return default  # even the largest misses: the feasibility phase says so; do not hog
 
     # ------------------------------------------------------------------ running jobs
+    def _may_grow(self, job: JobState) -> bool:
+        spec = job.spec
+        return self.scale and spec.deadline is not None and job.num_workers < spec.max_workers
+
+    def _settled(self, job: JobState) -> bool:
+        """The running job keeps its size and its run's prediction record is made: a prediction
+        would only feed that record (on a trace of rigid jobs without deadlines, Philly, this is
+        every running job on every call)."""
+        return not self._may_grow(job) and (job.job_id, float(job.last_start or 0.0)) in self.predictions
+
     def grow(self, snap: Snapshot, job: JobState) -> int:
         n = job.num_workers
         spec = job.spec
         d = spec.deadline
-        may_grow = self.scale and d is not None and n < spec.max_workers
+        may_grow = self._may_grow(job)
         key = (job.job_id, float(job.last_start or 0.0))
-        if not may_grow and key in self.predictions:
-            # the prediction would only feed the run's record, already made: on a trace of rigid
-            # jobs without deadlines (Philly) this is every running job on every call
+        if self._settled(job):
             return n
         pred = self.finish.predictor.predict(job, snap.now)
         if pred is None:
