@@ -37,7 +37,9 @@ from dlsched.core.snapshot import Snapshot
 from dlsched.policies.phased import PhasedPolicy
 from dlsched.estimators.completion_predictor import DEFAULT_MIN_STEPS, CompletionPredictor
 from dlsched.policies.phases.autoscale import WAKE_AFTER, Autoscaler, ps_steps_shrink
-from dlsched.policies.phases.deadline import MODES, DeadlineFeasibility, EarliestDeadline, EarliestFinish
+from dlsched.policies.phases.deadline import (
+    MODES, DeadlineFeasibility, DeadlineJobs, EarliestDeadline, EarliestFinish,
+)
 from dlsched.policies.phases.ordering import ByArrival
 from dlsched.policies.phases.placement import PLACEMENTS
 
@@ -61,23 +63,19 @@ class QuietTicks(Wrapper):
 
     def __init__(self, inner: Policy):
         super().__init__(inner)
-        self._deadlines: set[str] = set()  # jobs in the system with a deadline
+        self._deadlines = DeadlineJobs()
         self._last: tuple | None = None  # running fingerprint and wake_at of the last full call
 
     def reset(self, cluster: Cluster, seed: int) -> None:
-        self._deadlines, self._last = set(), None
+        self._deadlines, self._last = DeadlineJobs(), None
         super().reset(cluster, seed)
 
     def schedule(self, snap: Snapshot) -> Plan:
         first = self._last is None
-        for j in (snap.running + snap.pending) if first else snap.arrived:
-            if j.spec.deadline is not None:
-                self._deadlines.add(j.job_id)
-        for j in snap.finished:
-            self._deadlines.discard(j.job_id)
+        self._deadlines.observe(snap)
         running = snap.running
         mark = (len(running), sum(map(_VERSION, running)), sum(map(_RATE, running)))
-        quiet = (not first and snap.events == ("tick",) and not self._deadlines
+        quiet = (not first and snap.events == ("tick",) and self._deadlines.none()
                  and not (snap.arrived or snap.finished or snap.stopped))
         if quiet and self._last is not None and self._last[0] == mark:
             wake = self._last[1]
@@ -131,7 +129,8 @@ def qos(
     admission = DeadlineFeasibility(finish, mode=infeasible)
     # without autoscaling the sizing phase still predicts (for the error report) but never grows
     sizing = Autoscaler(finish, c=c, initial=initial if autoscale else "default", scale=autoscale)
-    return _compose(admission, EarliestDeadline(late=lambda: admission.late), sizing, placement,
+    ordering = EarliestDeadline(late=lambda: admission.late, deadlines=finish.deadlines)
+    return _compose(admission, ordering, sizing, placement,
                     "qos" if autoscale else "qos-noscale", interval)
 
 

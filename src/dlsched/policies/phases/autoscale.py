@@ -96,6 +96,7 @@ class Autoscaler:
         pred = self.finish.predictor
         self.finish.predictor = CompletionPredictor(pred.default_min_steps, pred.theta)
         self.finish.speeds = type(self.finish.speeds)()
+        self.finish.deadlines.reset()  # in place: the ordering shares it
         self.predictions.clear()
         self.last_reason.clear()
         self._ready.clear()
