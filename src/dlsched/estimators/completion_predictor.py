@@ -61,7 +61,8 @@ def steps_since_start(job: JobState, now: float) -> float:
 class CompletionPredictor:
     """Stateful: keeps the loss-curve fits and finished-job history across calls (`RemainingWork`).
 
-    Call `observe(jobs)` once per scheduling call with the snapshot's jobs, then `predict`.
+    Call `observe(jobs)` with the jobs that left since the last call (at least: finished jobs'
+    totals become their type's history), then `predict`.
     """
 
     def __init__(self, default_min_steps: int = DEFAULT_MIN_STEPS, theta: float = 1.0, refit_growth: float = 0.5):

@@ -27,14 +27,63 @@ isolates what the deadline-aware scheduling adds over the default scheduler.
 
 from __future__ import annotations
 
+from operator import attrgetter
+
+from dlsched.core.cluster import Cluster
 from dlsched.core.errors import ConfigError
-from dlsched.core.policy import Admission, Every, Ordering, Policy
+from dlsched.core.plan import Plan
+from dlsched.core.policy import Admission, Every, Ordering, Policy, Wrapper
+from dlsched.core.snapshot import Snapshot
 from dlsched.policies.phased import PhasedPolicy
 from dlsched.estimators.completion_predictor import DEFAULT_MIN_STEPS, CompletionPredictor
-from dlsched.policies.phases.autoscale import Autoscaler, ps_steps_shrink
-from dlsched.policies.phases.deadline import MODES, DeadlineFeasibility, EarliestDeadline, EarliestFinish
+from dlsched.policies.phases.autoscale import WAKE_AFTER, Autoscaler, ps_steps_shrink
+from dlsched.policies.phases.deadline import (
+    MODES, DeadlineFeasibility, DeadlineJobs, EarliestDeadline, EarliestFinish,
+)
 from dlsched.policies.phases.ordering import ByArrival
 from dlsched.policies.phases.placement import PLACEMENTS
+
+
+_VERSION, _RATE = attrgetter("version"), attrgetter("rate")
+
+
+class QuietTicks(Wrapper):
+    """Answers a tick that cannot change the plan without running the phases.
+
+    Why: the policy is asked every `interval` seconds, and on a trace without deadlines (Philly)
+    nearly every tick finds nothing changed; running the phases over every job then costs the
+    whole run. A tick is quiet when no job in the system has a deadline (so admission, EDF order
+    and the autoscaler's decisions do not depend on the clock), nothing arrived, left or stopped,
+    the running jobs are the same with the same versions and rates as at the last full call (the
+    last plan changed nothing: a start or resize bumps a version), and no running job has reached
+    its prediction point since (the last plan's `wake_at` is that point plus `WAKE_AFTER`). The
+    phases would then place nothing new (what did not fit then cannot fit in no more room now),
+    so the answer is that call's: keep everything running, same wake-up.
+    """
+
+    def __init__(self, inner: Policy):
+        super().__init__(inner)
+        self._deadlines = DeadlineJobs()
+        self._last: tuple | None = None  # running fingerprint and wake_at of the last full call
+
+    def reset(self, cluster: Cluster, seed: int) -> None:
+        self._deadlines, self._last = DeadlineJobs(), None
+        super().reset(cluster, seed)
+
+    def schedule(self, snap: Snapshot) -> Plan:
+        first = self._last is None
+        self._deadlines.observe(snap)
+        running = snap.running
+        mark = (len(running), sum(map(_VERSION, running)), sum(map(_RATE, running)))
+        quiet = (not first and snap.events == ("tick",) and self._deadlines.none()
+                 and not (snap.arrived or snap.finished or snap.stopped))
+        if quiet and self._last is not None and self._last[0] == mark:
+            wake = self._last[1]
+            if wake is None or snap.now + 2 * WAKE_AFTER < wake:  # no job has reached its point
+                return Plan(keep_running=True, wake_at=wake)
+        plan = self.inner.schedule(snap)
+        self._last = (mark, plan.wake_at)
+        return plan
 
 
 def _compose(admission: Admission | None, ordering: Ordering, sizing: Autoscaler, placement: str, name: str,
@@ -46,7 +95,7 @@ def _compose(admission: Admission | None, ordering: Ordering, sizing: Autoscaler
         admission=admission, ordering=ordering, sizing=sizing, placement=PLACEMENTS[placement], name=name,
         preempt="none", resize=True, backfill=True, shrink=ps_steps_shrink,
     )
-    return Every(pol, interval) if interval is not None else pol
+    return Every(QuietTicks(pol), interval) if interval is not None else pol
 
 
 def qos(
@@ -80,7 +129,8 @@ def qos(
     admission = DeadlineFeasibility(finish, mode=infeasible)
     # without autoscaling the sizing phase still predicts (for the error report) but never grows
     sizing = Autoscaler(finish, c=c, initial=initial if autoscale else "default", scale=autoscale)
-    return _compose(admission, EarliestDeadline(late=lambda: admission.late), sizing, placement,
+    ordering = EarliestDeadline(late=lambda: admission.late, deadlines=finish.deadlines)
+    return _compose(admission, ordering, sizing, placement,
                     "qos" if autoscale else "qos-noscale", interval)
 
 

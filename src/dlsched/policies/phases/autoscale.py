@@ -44,6 +44,8 @@ from dlsched.policies.phases.deadline import EarliestFinish
 from dlsched.policies.phases.sizing import ps_for
 
 INITIAL = ("predict", "default")
+#: `wake_at` asks for a call this long after a job's prediction point, so the job is ready then.
+WAKE_AFTER = 1e-6
 
 
 def ps_steps_shrink(spec: JobSpec, workers: int, ps: int) -> Iterator[tuple[int, int]]:
@@ -75,6 +77,8 @@ class Autoscaler:
     scale: bool = True
     predictions: dict[tuple[str, float], PredictionRecord] = field(default_factory=dict)
     last_reason: dict[str, str] = field(default_factory=dict)
+    _ready: dict[str, tuple] = field(default_factory=dict)  # job -> (last_start, rate, resume_at) seen ready
+    _default: dict[str, tuple[int, int]] = field(default_factory=dict)  # waiting job -> its fixed start size
 
     def __post_init__(self) -> None:
         if not self.c > 0:
@@ -84,30 +88,54 @@ class Autoscaler:
 
     def observe(self, snap: Snapshot) -> None:
         self.finish.observe(snap)
+        for j in snap.finished:
+            self._ready.pop(j.job_id, None)
+            self._default.pop(j.job_id, None)
 
     def reset(self) -> None:
         pred = self.finish.predictor
         self.finish.predictor = CompletionPredictor(pred.default_min_steps, pred.theta)
         self.finish.speeds = type(self.finish.speeds)()
+        self.finish.deadlines.reset()  # in place: the ordering shares it
         self.predictions.clear()
         self.last_reason.clear()
+        self._ready.clear()
+        self._default.clear()
 
     def wake_at(self, snap: Snapshot) -> float | None:
         """When the next running job reaches its prediction point, so the autoscaler acts then
         and not up to a whole interval later (a live controller would watch the step counter)."""
         pred = self.finish.predictor
         times = []
+        ready = self._ready
         for j in snap.running:
-            if j.rate > 0 and not pred.ready(j, snap.now):
+            # a run that was ready stays so while its rate and pause are unchanged (steps only grow)
+            if j.rate > 0 and ready.get(j.job_id) != (j.last_start, j.rate, j.resume_at):
+                if pred.ready(j, snap.now):
+                    ready[j.job_id] = (j.last_start, j.rate, j.resume_at)
+                    continue
                 steps = float(j.spec.extra.get("min_predict_steps", pred.default_min_steps))
-                times.append(j.resume_at + steps / j.rate + 1e-6)
+                times.append(j.resume_at + steps / j.rate + WAKE_AFTER)
         later = [t for t in times if t > snap.now]
         return min(later) if later else None
 
     def size(self, snap: Snapshot, jobs: list[JobState]) -> list[tuple[JobState, int, int]]:
         out = []
+        default = self._default
         for job in jobs:
             running = job.status is JobStatus.RUNNING
+            if running:
+                if self._settled(job):  # what `grow` would return, without its calls
+                    out.append((job, job.num_workers, job.num_ps))
+                    continue
+            elif (size := default.get(job.job_id)) is not None:
+                out.append((job, *size))
+                continue
+            elif self._at_default(job.spec):
+                w = max(job.spec.min_workers, min(job.spec.num_workers, job.spec.max_workers))
+                default[job.job_id] = size = (w, ps_for(job.spec, w))
+                out.append((job, *size))
+                continue
             w = self.grow(snap, job) if running else self.start_size(snap, job)
             w = max(job.spec.min_workers, min(w, job.spec.max_workers))
             ps = job.num_ps if running and w == job.num_workers else ps_for(job.spec, w)
@@ -115,12 +143,16 @@ class Autoscaler:
         return out
 
     # ------------------------------------------------------------------ pending jobs
+    def _at_default(self, spec: JobSpec) -> bool:
+        """A waiting job starts at its requested size whatever the clock (fixed for its life)."""
+        return self.initial == "default" or spec.deadline is None or not spec.elastic
+
     def start_size(self, snap: Snapshot, job: JobState) -> int:
         spec = job.spec
         by_deadline = spec.extra.get("size_by") == "deadline"
         lo = spec.min_workers if by_deadline else spec.num_workers
         default = spec.num_workers
-        if self.initial == "default" or spec.deadline is None or not spec.elastic:
+        if self._at_default(spec):
             return default
         target = spec.deadline - snap.restart_overhead  # room for one corrective resize
         for w in range(lo, spec.max_workers + 1):
@@ -132,17 +164,30 @@ class Autoscaler:
         return default  # even the largest misses: the feasibility phase says so; do not hog
 
     # ------------------------------------------------------------------ running jobs
+    def _may_grow(self, job: JobState) -> bool:
+        spec = job.spec
+        return self.scale and spec.deadline is not None and job.num_workers < spec.max_workers
+
+    def _settled(self, job: JobState) -> bool:
+        """The running job keeps its size and its run's prediction record is made: a prediction
+        would only feed that record (on a trace of rigid jobs without deadlines, Philly, this is
+        every running job on every call)."""
+        return not self._may_grow(job) and (job.job_id, float(job.last_start or 0.0)) in self.predictions
+
     def grow(self, snap: Snapshot, job: JobState) -> int:
         n = job.num_workers
+        spec = job.spec
+        d = spec.deadline
+        may_grow = self._may_grow(job)
+        key = (job.job_id, float(job.last_start or 0.0))
+        if self._settled(job):
+            return n
         pred = self.finish.predictor.predict(job, snap.now)
         if pred is None:
             return n  # before the prediction point
-        key = (job.job_id, float(job.last_start or 0.0))
         if key not in self.predictions:
             self.predictions[key] = PredictionRecord(job.job_id, snap.now, n, job.num_ps, pred)
-        spec = job.spec
-        d = spec.deadline
-        if not self.scale or d is None or pred.time <= d or n >= spec.max_workers:
+        if d is None or not may_grow or pred.time <= d:
             return n
         left = d - snap.now - snap.restart_overhead
         if left <= 0:

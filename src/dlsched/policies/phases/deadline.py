@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
+from operator import attrgetter
 from typing import Callable
 
 from dlsched.core.errors import ConfigError
@@ -28,6 +30,7 @@ from dlsched.estimators.speed_model import SpeedPool
 from dlsched.policies.phases.sizing import ps_for
 
 MODES = ("reject", "deprioritise")
+_RANK = attrgetter("rank")
 #: Remaining-work sources about the job itself, the only ones a rejection may rest on.
 JUDGED = ("known", "oracle", "fit")
 
@@ -45,6 +48,34 @@ def candidate_sizes(lo: int, hi: int) -> list[int]:
     return sorted(sizes)
 
 
+class DeadlineJobs:
+    """Ids of the jobs in the system that have a deadline, kept from the snapshot's deltas.
+
+    Why: with none, every deadline phase gives the same answer at any time (nothing to judge,
+    EDF is arrival order, nothing grows), so a call may skip their per-job work. Call `observe`
+    on every call that sees deltas (the first one sees every job)."""
+
+    def __init__(self) -> None:
+        self.ids: set[str] = set()
+        self._first = True
+
+    def observe(self, snap: Snapshot) -> None:
+        for j in (snap.running + snap.pending) if self._first else snap.arrived:
+            if j.spec.deadline is not None:
+                self.ids.add(j.job_id)
+        for j in snap.finished:
+            self.ids.discard(j.job_id)
+        self._first = False
+
+    def none(self) -> bool:
+        """Known to be none (False before the first `observe`: nobody has looked)."""
+        return not self._first and not self.ids
+
+    def reset(self) -> None:
+        self.ids.clear()
+        self._first = True
+
+
 @dataclass(eq=False)
 class EarliestFinish:
     """The earliest completion a job could reach at a given size, from the shared estimators.
@@ -55,12 +86,18 @@ class EarliestFinish:
 
     predictor: CompletionPredictor = field(default_factory=CompletionPredictor)
     speeds: SpeedPool = field(default_factory=SpeedPool)
+    deadlines: DeadlineJobs = field(default_factory=DeadlineJobs)
 
     def observe(self, snap: Snapshot) -> None:
-        jobs = snap.running + snap.pending
-        for j in jobs:
+        """Merge new measured speeds and finished jobs' totals, from what changed only: a rate is
+        measured while a job runs (a job stopped since the last call is in `snap.stopped`), and a
+        job's total becomes history when it leaves (`snap.finished`); waiting jobs add nothing."""
+        for j in snap.running:
             self.speeds.observe(j)
-        self.predictor.observe(jobs)
+        for j in snap.stopped:
+            self.speeds.observe(j)
+        self.predictor.observe(list(snap.finished))
+        self.deadlines.observe(snap)
 
     def speed(self, job: JobState, workers: int) -> float | None:
         if workers == job.num_workers and job.status is JobStatus.RUNNING and job.rate > 0:
@@ -130,9 +167,14 @@ class DeadlineFeasibility:
 
     def admit(self, snap: Snapshot, jobs: list[JobState]) -> tuple[list[JobState], dict[str, str]]:
         self.late = {}
-        admitted: list[JobState] = []
         rejected: dict[str, str] = {}
+        if self.finish.deadlines.none():
+            return list(jobs), rejected  # nothing to judge
+        admitted: list[JobState] = []
         for job in jobs:
+            if job.spec.deadline is None:  # nothing to judge (`reason` says "")
+                admitted.append(job)
+                continue
             reason = self.reason(snap, job)
             if reason and self.mode == "reject" and job.status is JobStatus.PENDING:
                 rejected[job.job_id] = reason
@@ -170,16 +212,25 @@ class EarliestDeadline:
     """
 
     late: Callable[[], dict[str, str]] | None = None
+    #: jobs in the system with a deadline (None: unknown); with none and none late, EDF is rank order
+    deadlines: DeadlineJobs | None = None
 
     def key(self, snap: Snapshot, job: JobState, late: dict[str, str] | None = None) -> tuple:
         """Fixed while a job waits when no job is ever late (plain EDF), so a `PhasedPolicy`
         keeps its waiting line across calls instead of re-sorting every job on every call."""
         if late is None:
             late = self.late() if self.late is not None else {}
-        d = job.spec.deadline
-        group = 2 if job.job_id in late else (1 if d is None else 0)
-        return (group, d if d is not None else 0.0, job.rank)
+        return _edf_key(late, job)
 
     def order(self, snap: Snapshot, jobs: list[JobState]) -> list[JobState]:
         late = self.late() if self.late is not None else {}
-        return sorted(jobs, key=lambda j: self.key(snap, j, late))
+        if not late and self.deadlines is not None and self.deadlines.none():
+            return sorted(jobs, key=_RANK)  # every key is (1, 0.0, rank)
+        return sorted(jobs, key=partial(_edf_key, late))
+
+
+def _edf_key(late: dict[str, str], job: JobState) -> tuple:
+    """`EarliestDeadline.key` (one Python call per job when sorting every job of a call)."""
+    d = job.spec.deadline
+    group = 2 if job.job_id in late else (1 if d is None else 0)
+    return (group, d if d is not None else 0.0, job.rank)
