@@ -235,7 +235,8 @@ class Snapshot:
 
     @property
     def free(self) -> np.ndarray:
-        """(N, 3) free resources now (read-only)."""
+        """(N, 3) free resources now (read-only). The core's own array, not a copy: it is
+        valid during the call; a policy that keeps it for later must copy it."""
         if callable(self._free):
             self._free = self._free()
         return self._free
