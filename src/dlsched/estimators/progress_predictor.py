@@ -146,7 +146,12 @@ class RemainingWork:
 
     def history(self, job: JobState) -> list[float]:
         """Totals of finished jobs of the job's type, sorted ascending."""
-        return self._history.get(profile_key(job.spec), [])
+        return self.history_of(profile_key(job.spec))
+
+    def history_of(self, key: tuple) -> list[float]:
+        """`history` by type (`profile_key`): the list itself, which later finished jobs of the type
+        grow in place, so a caller may keep it and tell by its length whether it changed."""
+        return self._history.setdefault(key, [])
 
     def _due(self, job: JobState, done: float) -> bool:
         """Whether the job (at progress `done`) needs a (re)fit: it has progress, no declared work,
@@ -179,7 +184,11 @@ class RemainingWork:
     def estimate(self, job: JobState) -> Estimate:
         return combine(job, self.fit(job), self.history(job))
 
-    def remaining(self, job: JobState) -> float:
-        """`estimate(job).remaining` without its range (see `remaining`)."""
-        done = job.progress  # a property that computes: read once
-        return _remaining(job, done, self._fit_at(job, done), self.history(job))
+    def remaining(self, job: JobState, done: float | None = None, history: list[float] | None = None) -> float:
+        """`estimate(job).remaining` without its range (see `remaining`). `done` (the job's progress)
+        and `history` (`history_of` its type) save the caller's repeated look-ups if it has them."""
+        if done is None:
+            done = job.progress  # a property that computes: read once
+        if history is None:
+            history = self.history(job)
+        return _remaining(job, done, self._fit_at(job, done), history)
