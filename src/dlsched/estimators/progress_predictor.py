@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from dlsched.core.snapshot import JobState, JobStatus, Snapshot
+from dlsched.core.snapshot import JobState, JobStatus, Snapshot, observed_losses
 from dlsched.estimators.convergence_fit import ConvergenceFit, fit_convergence, fit_many
 from dlsched.estimators.speed_model import profile_key
 
@@ -178,7 +178,7 @@ class RemainingWork:
         due = [job for job in jobs if self._due(job, job.progress)]
         if not due:
             return
-        for job, fit in zip(due, fit_many([job.observed_loss(LOSS_SAMPLES) for job in due])):
+        for job, fit in zip(due, fit_many(observed_losses(due, LOSS_SAMPLES))):
             self._fits[job.job_id] = (job.progress, fit)
 
     def estimate(self, job: JobState) -> Estimate:

@@ -2,10 +2,11 @@
 
 `Estimates` builds a call's candidates from the estimators (`speed_model.SpeedPool`,
 `progress_predictor.RemainingWork`) or, for an oracle, from the truth. Kept across calls: a
-waiting job's estimate changes only when its progress does (it ran since), its type's history of
-finished totals grows, or its type's speed model is refitted, so a waiting job whose three inputs
-are unchanged reuses its candidate (and the speeds it already predicted) instead of re-estimating
-— with ~1,000 jobs waiting, re-estimating every one on every call was most of a call's cost.
+waiting job has made no progress since it was last estimated, so no loss fit can be due for it;
+its remaining work changes only when its type's history of finished totals grows, its speeds only
+when its type's speed model is refitted. Such a job reuses its candidate and redoes only the part
+whose input changed — with ~1,000 jobs waiting, re-estimating every one in full on every call
+(fit check, history and model look-ups) was most of a call's cost.
 """
 
 from __future__ import annotations
@@ -106,12 +107,10 @@ class Estimates:
             return [self._oracle_cand(snap, js, placer) for js in jobs]
         out: list[Cand] = []
         redo: list[tuple[JobState, _Kept | None]] = []
-        current = self.speeds.current
         for js in jobs:
             kept = self._kept.get(js.job_id)
-            if (kept is not None and js.status is not JobStatus.RUNNING and kept.done == js.progress
-                    and len(kept.history) == kept.seen and current(kept.key) is kept.model):
-                out.append(kept.cand.start_call(kept.cand.est))
+            if kept is not None and js.status is not JobStatus.RUNNING and kept.done == js.progress:
+                out.append(self._refresh(js, kept))
             else:
                 redo.append((js, kept))
         self.work.prefit([js for js, _ in redo])  # the call's due loss fits in one batched call
@@ -119,18 +118,39 @@ class Estimates:
             out.append(self._estimate(js, kept))
         return out
 
+    def _refresh(self, js: JobState, kept: _Kept) -> Cand:
+        """A waiting job's candidate at the progress it was estimated at (so no fit is due): its
+        remaining work again only if its type's history grew, its speeds if the model changed."""
+        cand = kept.cand
+        est = cand.est
+        if len(kept.history) != kept.seen:
+            est = max(self.work.remaining(js, kept.done, kept.history), 0.0)
+            kept.seen = len(kept.history)
+        model = self.speeds.current(kept.key)
+        if model is not kept.model:
+            self._set_model(kept, self.speeds.model(js.spec, kept.key))
+        return cand.start_call(est)
+
     def _estimate(self, js: JobState, kept: _Kept | None) -> Cand:
         done = js.progress
         key = kept.key if kept is not None else profile_key(js.spec)
         history = self.work.history_of(key)
         est = max(self.work.remaining(js, done, history), 0.0)
         model = self.speeds.model(js.spec, key)
-        if kept is not None and kept.model is model:
-            kept.done, kept.seen = done, len(history)
-            return kept.cand.start_call(est)
-        cand = Cand(js=js, est=est, speed=model.predict)
-        self._kept[js.job_id] = _Kept(cand, done, key, history, len(history), model)
-        return cand.start_call(est)
+        if kept is None:
+            cand = Cand(js=js, est=est, speed=model.predict)
+            kept = self._kept[js.job_id] = _Kept(cand, done, key, history, len(history), model)
+        kept.done, kept.seen = done, len(history)
+        if kept.model is not model:
+            self._set_model(kept, model)
+        return kept.cand.start_call(est)
+
+    @staticmethod
+    def _set_model(kept: _Kept, model: SpeedModel) -> None:
+        """The type's speed model was refitted: predict from the new one (forget the old speeds)."""
+        kept.model = model
+        kept.cand.speed = model.predict
+        kept.cand._memo.clear()
 
     def _oracle_cand(self, snap: Snapshot, js: JobState, placer: Placer) -> Cand:
         def speed(p: int, w: int, spec: JobSpec = js.spec) -> float | None:
