@@ -130,31 +130,35 @@ def test_rigid_admission_is_shortest_estimated_remaining_first(small_cluster):
 
 
 @pytest.mark.parametrize("oracle", [False, True])
-def test_a_slot_that_keeps_every_job_skips_the_replan_with_the_same_result(small_cluster, oracle, monkeypatch):
-    # a full cluster with a queue ranked below it: the shortcut answers "keep running"; the
-    # re-plan it skips would have put every running job back on its own nodes and started nothing
+def test_a_slot_that_keeps_every_running_job_places_only_newcomers_with_the_same_result(small_cluster, oracle, monkeypatch):
+    # when a slot's targets keep every running job at its size, the shortcut places only the
+    # newcomers in what is free ("keep running"); the re-plan it skips would have put every
+    # running job back on its own nodes and given the newcomers the same allocations
     import dlsched.policies.optimus as opt
 
     checked = []
-    real = opt._keeps_everything
+    real = opt._keeps_running
 
-    def keeps_everything(snap, sized):
+    def keeps_running(snap, sized):
         kept = real(snap, sized)
         if kept:
-            allocations = opt.realise(snap, ((c.js, c.w, c.p) for c in sized), opt._EVEN_THEN_PACK,
-                                      preempt="replan", shrink=opt._optimus_shrink)
-            assert allocations == {js.job_id: js.allocation for js in snap.running}
-            assert all(allocations[js.job_id] is js.allocation for js in snap.running)
-            checked.append(len(snap.pending))
+            replan = opt.realise(snap, ((c.js, c.w, c.p) for c in sized), opt._EVEN_THEN_PACK,
+                                 preempt="replan", shrink=opt._optimus_shrink)
+            assert all(replan[js.job_id] is js.allocation for js in snap.running)
+            new = opt.realise(snap, ((c.js, c.w, c.p) for c in sized if c.cur is None), opt._EVEN_THEN_PACK,
+                              preempt="none", shrink=opt._optimus_shrink)
+            assert {k: a for k, a in replan.items() if k not in {js.job_id for js in snap.running}} == new
+            checked.append((len(snap.pending), len(new)))
         return kept
 
-    monkeypatch.setattr(opt, "_keeps_everything", keeps_everything)
+    monkeypatch.setattr(opt, "_keeps_running", keeps_running)
     rng = np.random.default_rng(5)
     jobs = [rigid_job(i, 30.0 * i, float(rng.uniform(500, 20000)), gpus=int(rng.choice([1, 2, 4, 8])))
             for i in range(40)]
     r = simulate(jobs, small_cluster, optimus(oracle=oracle), DurationOnly(), SimConfig())
     assert r.summary["finished"] == len(jobs)
-    assert checked and max(checked) > 0  # it happened, with jobs waiting
+    assert max(p for p, _ in checked) > 0  # it happened with jobs waiting
+    assert any(n > 0 for _, n in checked) and any(n == 0 for _, n in checked)  # with and without starts
 
 
 def test_elastic_allreduce_jobs_are_sized_between_min_and_max(small_cluster):

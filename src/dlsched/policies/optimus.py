@@ -102,9 +102,8 @@ class Optimus(Policy):
         if full:
             self._avoid_churn(snap, cands, budget, share)
         sized = sorted((c for c in cands if c.w > 0), key=lambda c: (c.cur != (c.p, c.w), c.p + c.w, c.rank))
-        if full and _keeps_everything(snap, sized):  # the re-plan would put every job back where it is
-            self._moved = []
-            return Plan(keep_running=True)
+        if full and _keeps_running(snap, sized):  # the re-plan would put every running job back
+            sized, full = [c for c in sized if c.cur is None], False  # and place only newcomers
         allocations = realise(snap, ((c.js, c.w, c.p) for c in sized), _EVEN_THEN_PACK,
                               preempt="replan" if full else "none", shrink=_optimus_shrink)
         self._moved = [c.js for c in sized if allocations.get(c.js.job_id, c.js.allocation) is not c.js.allocation]
@@ -240,17 +239,17 @@ def _minimum_need(spec: JobSpec, needs: dict[JobSpec, list[float]]) -> list[floa
     return need
 
 
-def _keeps_everything(snap: Snapshot, sized: list[Cand]) -> bool:
-    """Whether a slot's targets are exactly the running jobs at their current sizes, all of whose
+def _keeps_running(snap: Snapshot, sized: list[Cand]) -> bool:
+    """Whether a slot's targets include every running job at its current size, and all their
     allocations still fit the nodes (nothing over-committed, e.g. on a failed node).
 
-    Then the re-plan from the empty cluster keeps every job's nodes (each is offered at its size
-    and its allocation fits in what the others leave) and starts nothing: the same plan as "keep
-    running", without re-placing every running job through the realiser.
+    Then the re-plan from the empty cluster keeps every running job's nodes (they come first in
+    `sized`, each is offered at its size and its allocation fits in what the others leave) and
+    offers the newcomers what is left, i.e. what is free now: the same plan as placing only the
+    newcomers with "keep running", without re-placing every running job through the realiser.
     """
-    if len(sized) != len(snap.running) or any(c.cur != (c.p, c.w) for c in sized):
-        return False
-    return bool((snap.free >= -1e-12).all())
+    kept = sum(1 for c in sized if c.cur is not None and c.cur == (c.p, c.w))
+    return kept == len(snap.running) and bool((snap.free >= -1e-12).all())
 
 
 def _resize_pays(c: Cand, horizon: float, restart: float) -> bool:
