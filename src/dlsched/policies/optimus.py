@@ -48,10 +48,10 @@ from dlsched.core.plan import Plan
 from dlsched.core.policy import Every, Oracle, Policy
 from dlsched.core.snapshot import JobState, Snapshot
 from dlsched.estimators.speed_model import SpeedPool
-from dlsched.framework.packing import pack
+from dlsched.framework.packing import add_use, pack
 from dlsched.policies.phases.placement import even_spread
 from dlsched.policies.optimus_estimates import Cand, Estimates, rank, time_to
-from dlsched.policies.phases.realise import realise
+from dlsched.policies.phases.realise import Realiser, realise
 
 ORDERS = ("remaining", "arrival")
 _CHURN_ROUNDS = 5
@@ -102,10 +102,16 @@ class Optimus(Policy):
         if full:
             self._avoid_churn(snap, cands, budget, share)
         sized = sorted((c for c in cands if c.w > 0), key=lambda c: (c.cur != (c.p, c.w), c.p + c.w, c.rank))
-        if full and _keeps_running(snap, sized):  # the re-plan would put every running job back
-            sized, full = [c for c in sized if c.cur is None], False  # and place only newcomers
-        allocations = realise(snap, ((c.js, c.w, c.p) for c in sized), _EVEN_THEN_PACK,
-                              preempt="replan" if full else "none", shrink=_optimus_shrink)
+        allocations = None
+        if full and _keeps_sizes(snap, sized):  # the re-plan would put every kept running job back
+            new = [c for c in sized if c.cur is None]
+            if len(sized) - len(new) == len(snap.running):
+                sized, full = new, False  # none stops: place only the newcomers, the rest keeps running
+            else:
+                allocations = _replan_around_kept(snap, sized, new)
+        if allocations is None:
+            allocations = realise(snap, ((c.js, c.w, c.p) for c in sized), _EVEN_THEN_PACK,
+                                  preempt="replan" if full else "none", shrink=_optimus_shrink)
         self._moved = [c.js for c in sized if allocations.get(c.js.job_id, c.js.allocation) is not c.js.allocation]
         return Plan(allocations=allocations, keep_running=not full)
 
@@ -239,17 +245,30 @@ def _minimum_need(spec: JobSpec, needs: dict[JobSpec, list[float]]) -> list[floa
     return need
 
 
-def _keeps_running(snap: Snapshot, sized: list[Cand]) -> bool:
-    """Whether a slot's targets include every running job at its current size, and all their
-    allocations still fit the nodes (nothing over-committed, e.g. on a failed node).
+def _keeps_sizes(snap: Snapshot, sized: list[Cand]) -> bool:
+    """Whether every running job among a slot's targets stays at its current size, and all
+    running jobs' allocations still fit the nodes (nothing over-committed, e.g. on a failed node).
 
-    Then the re-plan from the empty cluster keeps every running job's nodes (they come first in
-    `sized`, each is offered at its size and its allocation fits in what the others leave) and
-    offers the newcomers what is left, i.e. what is free now: the same plan as placing only the
-    newcomers with "keep running", without re-placing every running job through the realiser.
+    Then the re-plan from the empty cluster offers those jobs first (`sized` puts unchanged sizes
+    first), and each keeps its nodes: its allocation fits in what the others leave. The newcomers
+    are offered what is left: what is free now plus what the running jobs not among the targets
+    release. `_replan_around_kept` gives that plan without re-placing every kept job.
     """
-    kept = sum(1 for c in sized if c.cur is not None and c.cur == (c.p, c.w))
-    return kept == len(snap.running) and bool((snap.free >= -1e-12).all())
+    return all(c.cur == (c.p, c.w) for c in sized if c.cur is not None) and bool((snap.free >= -1e-12).all())
+
+
+def _replan_around_kept(snap: Snapshot, sized: list[Cand], new: list[Cand]) -> dict[str, Allocation]:
+    """realise(..., preempt="replan") of `sized` when `_keeps_sizes` holds: the kept running jobs
+    on their own nodes, the newcomers `new` offered in order around them."""
+    keep = {c.js.job_id: c.js.allocation for c in sized if c.cur is not None}
+    free = np.array(snap.free, dtype=float)
+    for js in snap.running:
+        if js.job_id not in keep:  # stopped by this plan: its resources are offered again
+            add_use(free, js.spec, js.allocation)
+    r = Realiser(snap, _EVEN_THEN_PACK, preempt="replan", shrink=_optimus_shrink, keep=keep, free=free)
+    for c in new:
+        r.offer(c.js, c.w, c.p)
+    return r.allocations
 
 
 def _resize_pays(c: Cand, horizon: float, restart: float) -> bool:
