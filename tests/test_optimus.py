@@ -130,31 +130,43 @@ def test_rigid_admission_is_shortest_estimated_remaining_first(small_cluster):
 
 
 @pytest.mark.parametrize("oracle", [False, True])
-def test_a_slot_that_keeps_every_job_skips_the_replan_with_the_same_result(small_cluster, oracle, monkeypatch):
-    # a full cluster with a queue ranked below it: the shortcut answers "keep running"; the
-    # re-plan it skips would have put every running job back on its own nodes and started nothing
+def test_a_slot_that_keeps_running_jobs_at_their_sizes_places_only_newcomers_with_the_same_result(small_cluster, oracle, monkeypatch):
+    # when a slot's targets keep running jobs only at their sizes, the shortcut places only the
+    # newcomers, around the kept jobs (in what is free, with "keep running", if none stops); the
+    # re-plan it skips would have put every kept job back on its own nodes and given the
+    # newcomers the same allocations
     import dlsched.policies.optimus as opt
 
     checked = []
-    real = opt._keeps_everything
+    real = opt._keeps_sizes
 
-    def keeps_everything(snap, sized):
+    def keeps_sizes(snap, sized):
         kept = real(snap, sized)
         if kept:
-            allocations = opt.realise(snap, ((c.js, c.w, c.p) for c in sized), opt._EVEN_THEN_PACK,
-                                      preempt="replan", shrink=opt._optimus_shrink)
-            assert allocations == {js.job_id: js.allocation for js in snap.running}
-            assert all(allocations[js.job_id] is js.allocation for js in snap.running)
-            checked.append(len(snap.pending))
+            replan = opt.realise(snap, ((c.js, c.w, c.p) for c in sized), opt._EVEN_THEN_PACK,
+                                 preempt="replan", shrink=opt._optimus_shrink)
+            targets = {c.js.job_id for c in sized}
+            assert all(replan[js.job_id] is js.allocation for js in snap.running if js.job_id in targets)
+            newcomers = [c for c in sized if c.cur is None]
+            around = opt._replan_around_kept(snap, sized, newcomers)
+            assert around == replan and list(around) == list(replan)
+            stops = len(sized) - len(newcomers) < len(snap.running)
+            if not stops:
+                new = opt.realise(snap, ((c.js, c.w, c.p) for c in newcomers), opt._EVEN_THEN_PACK,
+                                  preempt="none", shrink=opt._optimus_shrink)
+                assert {k: a for k, a in replan.items() if k not in {js.job_id for js in snap.running}} == new
+            checked.append((len(snap.pending), len(newcomers), stops))
         return kept
 
-    monkeypatch.setattr(opt, "_keeps_everything", keeps_everything)
+    monkeypatch.setattr(opt, "_keeps_sizes", keeps_sizes)
     rng = np.random.default_rng(5)
     jobs = [rigid_job(i, 30.0 * i, float(rng.uniform(500, 20000)), gpus=int(rng.choice([1, 2, 4, 8])))
             for i in range(40)]
     r = simulate(jobs, small_cluster, optimus(oracle=oracle), DurationOnly(), SimConfig())
     assert r.summary["finished"] == len(jobs)
-    assert checked and max(checked) > 0  # it happened, with jobs waiting
+    assert max(p for p, _, _ in checked) > 0  # it happened with jobs waiting
+    assert any(n > 0 for _, n, _ in checked) and any(n == 0 for _, n, _ in checked)  # with and without starts
+    assert any(stops for _, _, stops in checked)  # and with running jobs stopped
 
 
 def test_elastic_allreduce_jobs_are_sized_between_min_and_max(small_cluster):

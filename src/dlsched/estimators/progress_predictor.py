@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from dlsched.core.snapshot import JobState, JobStatus, Snapshot
+from dlsched.core.snapshot import JobState, JobStatus, Snapshot, observed_losses
 from dlsched.estimators.convergence_fit import ConvergenceFit, fit_convergence, fit_many
 from dlsched.estimators.speed_model import profile_key
 
@@ -146,7 +146,12 @@ class RemainingWork:
 
     def history(self, job: JobState) -> list[float]:
         """Totals of finished jobs of the job's type, sorted ascending."""
-        return self._history.get(profile_key(job.spec), [])
+        return self.history_of(profile_key(job.spec))
+
+    def history_of(self, key: tuple) -> list[float]:
+        """`history` by type (`profile_key`): the list itself, which later finished jobs of the type
+        grow in place, so a caller may keep it and tell by its length whether it changed."""
+        return self._history.setdefault(key, [])
 
     def _due(self, job: JobState, done: float) -> bool:
         """Whether the job (at progress `done`) needs a (re)fit: it has progress, no declared work,
@@ -173,13 +178,17 @@ class RemainingWork:
         due = [job for job in jobs if self._due(job, job.progress)]
         if not due:
             return
-        for job, fit in zip(due, fit_many([job.observed_loss(LOSS_SAMPLES) for job in due])):
+        for job, fit in zip(due, fit_many(observed_losses(due, LOSS_SAMPLES))):
             self._fits[job.job_id] = (job.progress, fit)
 
     def estimate(self, job: JobState) -> Estimate:
         return combine(job, self.fit(job), self.history(job))
 
-    def remaining(self, job: JobState) -> float:
-        """`estimate(job).remaining` without its range (see `remaining`)."""
-        done = job.progress  # a property that computes: read once
-        return _remaining(job, done, self._fit_at(job, done), self.history(job))
+    def remaining(self, job: JobState, done: float | None = None, history: list[float] | None = None) -> float:
+        """`estimate(job).remaining` without its range (see `remaining`). `done` (the job's progress)
+        and `history` (`history_of` its type) save the caller's repeated look-ups if it has them."""
+        if done is None:
+            done = job.progress  # a property that computes: read once
+        if history is None:
+            history = self.history(job)
+        return _remaining(job, done, self._fit_at(job, done), history)

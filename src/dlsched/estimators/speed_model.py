@@ -225,8 +225,15 @@ class SpeedPool:
         sums = self._sums.get(profile_key(spec), {})
         return {s: total / n for s, (total, n) in sums.items() if n > 0}
 
-    def model(self, spec: JobSpec) -> SpeedModel:
-        key = profile_key(spec)
+    def current(self, key: tuple) -> SpeedModel | None:
+        """The type's model as last built by `model`, or None if new points arrived since: a
+        caller that kept a model may tell whether it still holds without building anything."""
+        return self._models.get(key)
+
+    def model(self, spec: JobSpec, key: tuple | None = None) -> SpeedModel:
+        """The fitted (or prior-only) model of the job's type; `key`: its `profile_key`, if known."""
+        if key is None:
+            key = profile_key(spec)
         m = self._models.get(key)
         if m is None:
             m = SpeedModel.fit(

@@ -25,7 +25,7 @@ Ours (the paper re-plans for free; our engine charges restarts):
   job's minimum fits the free resources; on a slot, when nothing waits and every job is rigid.
   A slot whose targets are exactly the running jobs at their sizes (a full cluster whose queue
   ranks below them) returns "keep running" instead of re-placing every job to the same nodes.
-- Estimates: speeds from `estimators.speed_model` (per job type; an optimistic prior until the fit
+- Estimates (`optimus_estimates`, kept across calls): speeds from `estimators.speed_model` (per job type; an optimistic prior until the fit
   has its points, so a type keeps trying new sizes), remaining work from
   `estimators.progress_predictor` (declared work, else a loss-curve fit); unknown work counts as
   the median of the others. As an oracle (`Oracle`, DL2's simulated Optimus): the true rate of
@@ -36,10 +36,7 @@ from __future__ import annotations
 
 import heapq
 import math
-import operator
-import statistics
-from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Iterator
 
 import numpy as np
 
@@ -49,45 +46,15 @@ from dlsched.core.errors import ConfigError
 from dlsched.core.job import JobSpec
 from dlsched.core.plan import Plan
 from dlsched.core.policy import Every, Oracle, Policy
-from dlsched.core.snapshot import JobState, JobStatus, Snapshot
-from dlsched.estimators.progress_predictor import RemainingWork, oracle_estimate
+from dlsched.core.snapshot import JobState, Snapshot
 from dlsched.estimators.speed_model import SpeedPool
-from dlsched.framework.packing import pack
+from dlsched.framework.packing import add_use, pack
 from dlsched.policies.phases.placement import even_spread
-from dlsched.policies.phases.realise import realise
+from dlsched.policies.optimus_estimates import Cand, Estimates, rank, time_to
+from dlsched.policies.phases.realise import Realiser, realise
 
 ORDERS = ("remaining", "arrival")
 _CHURN_ROUNDS = 5
-
-
-@dataclass(eq=False)
-class _Cand:
-    """One job during a scheduling call: its estimates and its target size (p PSs, w workers)."""
-
-    js: JobState
-    q: float  # remaining iterations (estimate, or truth for the oracle)
-    speed: Callable[[int, int], float | None]
-    cur: tuple[int, int] | None  # (ps, workers) now, if running
-    rank: int = 0  # position in the base-pass order
-    p: int = 0
-    w: int = 0
-    fixed: bool = False  # kept at its current size this slot
-    _memo: dict = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        spec = self.js.spec  # demands are tuples of floats: the greedy's many 3-element sums stay cheap
-        self.wd, self.pd = spec.worker_demand, spec.ps_demand
-        self.minimum = (spec.min_ps, spec.min_workers)
-
-    def need(self, p: int, w: int) -> list[float]:
-        """Resources of p PSs and w workers (negative counts give what a shrink frees)."""
-        return [w * a + p * b for a, b in zip(self.wd, self.pd)]
-
-    def f(self, p: int, w: int) -> float | None:
-        key = (p, w)
-        if key not in self._memo:
-            self._memo[key] = self.speed(p, w)
-        return self._memo[key]
 
 
 class Optimus(Policy):
@@ -103,102 +70,53 @@ class Optimus(Policy):
         self.reset(None, 0)
 
     def reset(self, cluster: Cluster | None, seed: int) -> None:
-        self.speeds = SpeedPool()
-        self.work = RemainingWork()
-        self._oracle_rates: dict[str, dict[tuple[int, int], float]] = {}
+        self.estimates = Estimates()
         self._moved: list[JobState] = []  # jobs the last plan started or resized: new speed points
         self._seq = 0  # heap tie-breaker
         self._min_need: dict[JobSpec, list[float]] = {}  # `_minimum_need` of the jobs in the system
 
+    @property
+    def speeds(self) -> SpeedPool:
+        """The speed model's measured points per job type (what the policy has learnt)."""
+        return self.estimates.speeds
+
     # ------------------------------------------------------------------ the call
     def schedule(self, snap: Snapshot) -> Plan:
-        oracle = snap.oracle is not None
         for js in snap.finished:
             self._min_need.pop(js.spec, None)
         full = self.slot is None or bool({"tick", "wake"} & set(snap.events))
-        if oracle:
-            for js in snap.finished:  # forget the true rates of jobs that have left
-                self._oracle_rates.pop(js.job_id, None)
-        else:
-            self._observe(snap)
+        self.estimates.forget(snap.finished)
+        if snap.oracle is None:
+            self.estimates.observe(snap, self._moved)
         jobs, free = (snap.running + snap.pending, snap.cluster.capacity) if full else (snap.pending, snap.free)
         settled = (not snap.pending and not any(js.spec.elastic for js in snap.running)) if full \
             else not _any_minimum_fits(jobs, free, self._min_need)
         if settled:  # nothing this call could change: every running job keeps its size and nodes
             self._moved = []
             return Plan(keep_running=True)
-        if not oracle:
-            self.work.prefit(jobs)  # the slot's due loss fits in one batched call
-        cands = [self._cand(snap, js, oracle) for js in jobs]
-        self._rank(cands)
+        cands = self.estimates.candidates(snap, jobs, _EVEN_THEN_PACK.place)
+        rank(cands, self.order)
         share = _dominant_share(snap.cluster)
         budget = free.sum(axis=0).tolist()
         self._allocate(cands, budget, share)
         if full:
             self._avoid_churn(snap, cands, budget, share)
         sized = sorted((c for c in cands if c.w > 0), key=lambda c: (c.cur != (c.p, c.w), c.p + c.w, c.rank))
-        if full and _keeps_everything(snap, sized):  # the re-plan would put every job back where it is
-            self._moved = []
-            return Plan(keep_running=True)
-        allocations = realise(snap, ((c.js, c.w, c.p) for c in sized), _EVEN_THEN_PACK,
-                              preempt="replan" if full else "none", shrink=_optimus_shrink)
+        allocations = None
+        if full and _keeps_sizes(snap, sized):  # the re-plan would put every kept running job back
+            new = [c for c in sized if c.cur is None]
+            if len(sized) - len(new) == len(snap.running):
+                sized, full = new, False  # none stops: place only the newcomers, the rest keeps running
+            else:
+                allocations = _replan_around_kept(snap, sized, new)
+        if allocations is None:
+            allocations = realise(snap, ((c.js, c.w, c.p) for c in sized), _EVEN_THEN_PACK,
+                                  preempt="replan" if full else "none", shrink=_optimus_shrink)
         self._moved = [c.js for c in sized if allocations.get(c.js.job_id, c.js.allocation) is not c.js.allocation]
         return Plan(allocations=allocations, keep_running=not full)
 
-    def _observe(self, snap: Snapshot) -> None:
-        """Feed the estimators what changed: new speeds of the jobs the last plan moved (all running
-        jobs on any other event, e.g. a node's speed changing) and the work of finished jobs."""
-        other = set(snap.events) - {"arrival", "completion", "tick", "wake"}
-        for js in snap.running if other else self._moved:
-            if js.status is JobStatus.RUNNING:
-                self.speeds.observe(js)
-        self.work.observe(list(snap.finished))
-
-    # ------------------------------------------------------------------ estimates
-    def _cand(self, snap: Snapshot, js: JobState, oracle: bool) -> _Cand:
-        cur = (js.num_ps, js.num_workers) if js.status is JobStatus.RUNNING else None
-        if oracle:
-            q = oracle_estimate(snap, js).remaining
-
-            def speed(p: int, w: int, spec: JobSpec = js.spec) -> float | None:
-                return self._oracle_rate(snap, spec, p, w)
-        else:
-            q = self.work.remaining(js)
-            speed = self.speeds.model(js.spec).predict
-        return _Cand(js=js, q=max(q, 0.0), speed=speed, cur=cur)
-
-    def _oracle_rate(self, snap: Snapshot, spec: JobSpec, p: int, w: int) -> float:
-        rates = self._oracle_rates.setdefault(spec.job_id, {})
-        rate = rates.get((p, w))
-        if rate is None:
-            cap = snap.cluster.capacity
-            alloc = _EVEN_THEN_PACK.place(snap.cluster, cap, spec, w, p)
-            rate = snap.oracle.rate(spec, alloc, snap.cluster) if alloc is not None else 0.0
-            rates[(p, w)] = rate
-        return rate
-
-    def _rank(self, cands: list[_Cand]) -> None:
-        """Fill unknown remaining work with the median, then order the base pass."""
-        known = [c.q for c in cands if math.isfinite(c.q)]
-        fill = float(statistics.median(known)) if known else 1.0  # np.median's value, less overhead
-        for c in cands:
-            if not math.isfinite(c.q):
-                c.q = fill
-        if self.order == "arrival":
-            keys = [0.0] * len(cands)
-        else:
-            times = [_time(c.q, c.f(*c.minimum)) for c in cands]
-            finite = [t for t in times if t is not None]
-            mid = float(statistics.median(finite)) if finite else 0.0
-            keys = [mid if t is None else t for t in times]
-        # (key, submit time, index) is unique per job (index), so sorting the tuples is the order
-        ranked = sorted([(k, c.js.spec.submit_time, c.js.index, c) for k, c in zip(keys, cands)], key=_RANK_KEY)
-        cands[:] = [t[3] for t in ranked]
-        for r, c in enumerate(cands):
-            c.rank = r
-
     # ------------------------------------------------------------------ sizing
-    def _allocate(self, cands: list[_Cand], budget: list[float], share: list[float]) -> None:
+    def _allocate(self, cands: list[Cand], budget: list[float], share: list[float]) -> None:
         """Steps 1-2 at cluster level: sets every candidate's (p, w) within `budget`."""
         left = list(budget)
         for c in cands:
@@ -224,13 +142,13 @@ class Optimus(Policy):
                 _sub(left, need)
             self._push(heap, c, i, left, share)
 
-    def _push(self, heap: list, c: _Cand, i: int, left: list[float], share: list[float]) -> None:
+    def _push(self, heap: list, c: Cand, i: int, left: list[float], share: list[float]) -> None:
         best = self._best_gain(c, left, share)
         if best is not None:
             self._seq += 1
             heapq.heappush(heap, (-best[0], self._seq, i, best[1], best[2]))
 
-    def _moves(self, c: _Cand) -> set[tuple[int, int]]:
+    def _moves(self, c: Cand) -> set[tuple[int, int]]:
         """Sizes one greedy step may go to: +1 worker or +1 PS (Optimus), and with `jumps` also
         +1 of each and doubled workers/PSs (see the module docstring)."""
         spec, p, w = c.js.spec, c.p, c.w
@@ -240,11 +158,11 @@ class Optimus(Policy):
             out |= {(p, 2 * w), (2 * p, 2 * w), (2 * p, w), (p + 1, w + 1)} if max_p else {(p, 2 * w)}
         return {(min(a, max_p), min(b, max_w)) for a, b in out} - {(p, w)}
 
-    def _best_gain(self, c: _Cand, left: list[float], share: list[float]) -> tuple[float, int, int] | None:
+    def _best_gain(self, c: Cand, left: list[float], share: list[float]) -> tuple[float, int, int] | None:
         """The best fitting move by time saved per unit of dominant share added."""
         if c.js.spec.min_workers == c.js.spec.max_workers and c.js.spec.min_ps == c.js.spec.max_ps:
             return None  # rigid: no move exists
-        t0 = _time(c.q, c.f(c.p, c.w))
+        t0 = time_to(c.q, c.f(c.p, c.w))
         if t0 is None:  # type never measured: profile at the minimum first
             return None
         best = None
@@ -252,7 +170,7 @@ class Optimus(Policy):
             need = c.need(p - c.p, w - c.w)
             if not _fits(need, left):
                 continue
-            t1 = _time(c.q, c.f(p, w))
+            t1 = time_to(c.q, c.f(p, w))
             if t1 is None:
                 continue
             gain = t0 - t1 if math.isfinite(t0) else (math.inf if math.isfinite(t1) else 0.0)
@@ -262,7 +180,7 @@ class Optimus(Policy):
                 best = (gain, p, w)
         return best
 
-    def _avoid_churn(self, snap: Snapshot, cands: list[_Cand], budget: list[float], share: list[float]) -> None:
+    def _avoid_churn(self, snap: Snapshot, cands: list[Cand], budget: list[float], share: list[float]) -> None:
         """Keep running jobs at their size unless a resize pays back within the next slot."""
         horizon = self.slot or 600.0
         for round_ in range(_CHURN_ROUNDS):
@@ -319,7 +237,7 @@ def _any_minimum_fits(jobs: list[JobState], free: np.ndarray, needs: dict[JobSpe
 
 
 def _minimum_need(spec: JobSpec, needs: dict[JobSpec, list[float]]) -> list[float]:
-    """Resources of the job's minimum size (as `_Cand.need`), kept in `needs` (specs hash by
+    """Resources of the job's minimum size (as `Cand.need`), kept in `needs` (specs hash by
     identity): every call asks it of every waiting job. Read only."""
     need = needs.get(spec)
     if need is None:
@@ -327,30 +245,33 @@ def _minimum_need(spec: JobSpec, needs: dict[JobSpec, list[float]]) -> list[floa
     return need
 
 
-def _keeps_everything(snap: Snapshot, sized: list[_Cand]) -> bool:
-    """Whether a slot's targets are exactly the running jobs at their current sizes, all of whose
-    allocations still fit the nodes (nothing over-committed, e.g. on a failed node).
+def _keeps_sizes(snap: Snapshot, sized: list[Cand]) -> bool:
+    """Whether every running job among a slot's targets stays at its current size, and all
+    running jobs' allocations still fit the nodes (nothing over-committed, e.g. on a failed node).
 
-    Then the re-plan from the empty cluster keeps every job's nodes (each is offered at its size
-    and its allocation fits in what the others leave) and starts nothing: the same plan as "keep
-    running", without re-placing every running job through the realiser.
+    Then the re-plan from the empty cluster offers those jobs first (`sized` puts unchanged sizes
+    first), and each keeps its nodes: its allocation fits in what the others leave. The newcomers
+    are offered what is left: what is free now plus what the running jobs not among the targets
+    release. `_replan_around_kept` gives that plan without re-placing every kept job.
     """
-    if len(sized) != len(snap.running) or any(c.cur != (c.p, c.w) for c in sized):
-        return False
-    return bool((snap.free >= -1e-12).all())
+    return all(c.cur == (c.p, c.w) for c in sized if c.cur is not None) and bool((snap.free >= -1e-12).all())
 
 
-_RANK_KEY = operator.itemgetter(0, 1, 2)
+def _replan_around_kept(snap: Snapshot, sized: list[Cand], new: list[Cand]) -> dict[str, Allocation]:
+    """realise(..., preempt="replan") of `sized` when `_keeps_sizes` holds: the kept running jobs
+    on their own nodes, the newcomers `new` offered in order around them."""
+    keep = {c.js.job_id: c.js.allocation for c in sized if c.cur is not None}
+    free = np.array(snap.free, dtype=float)
+    for js in snap.running:
+        if js.job_id not in keep:  # stopped by this plan: its resources are offered again
+            add_use(free, js.spec, js.allocation)
+    r = Realiser(snap, _EVEN_THEN_PACK, preempt="replan", shrink=_optimus_shrink, keep=keep, free=free)
+    for c in new:
+        r.offer(c.js, c.w, c.p)
+    return r.allocations
 
 
-def _time(q: float, f: float | None) -> float | None:
-    """Seconds to do q iterations at f iterations/s (inf at f = 0; None when f is unknown)."""
-    if f is None:
-        return None
-    return q / f if f > 0 else math.inf
-
-
-def _resize_pays(c: _Cand, horizon: float, restart: float) -> bool:
+def _resize_pays(c: Cand, horizon: float, restart: float) -> bool:
     f_now = c.js.rate if c.js.rate > 0 else (c.f(*c.cur) or 0.0)
     f_new = c.f(c.p, c.w)
     if f_new is None:
