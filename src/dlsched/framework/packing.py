@@ -1,5 +1,5 @@
 """Packing: the first-fit mechanism that feasibility, validation and the `Pack` placement share,
-and the accounting steps every placement and the core do on a resource array (`add_use`, `take`,
+and the accounting steps every placement and the core do on a resource array (`add_use`,
 `keep_if_fits`).
 
 `pack` is the locality-first packer (fewest nodes, best-fit single node, roomiest rack first).
@@ -145,8 +145,3 @@ def add_use(arr: np.ndarray, spec: JobSpec, alloc: Allocation, sign: float = 1.0
         row[0] += sign * (w * wd[0] + p * pd[0])
         row[1] += sign * (w * wd[1] + p * pd[1])
         row[2] += sign * (w * wd[2] + p * pd[2])
-
-
-def take(free: np.ndarray, alloc: Allocation, spec: JobSpec) -> None:
-    """Subtract an allocation's use from `free` in place."""
-    add_use(free, spec, alloc, -1.0)

@@ -45,7 +45,7 @@ from dlsched.core.errors import ConfigError
 from dlsched.core.job import JobSpec
 from dlsched.core.plan import Plan
 from dlsched.core.policy import Policy
-from dlsched.framework.packing import take
+from dlsched.framework.packing import add_use
 from dlsched.core.snapshot import JobState, Snapshot
 from dlsched.policies.phases.gang import Gang, bind_pods
 from dlsched.policies.phases.locality import Locality
@@ -171,7 +171,7 @@ class Dragon(Policy):
             alloc = self.place.place(snap.cluster, free, spec, spec.num_workers, spec.num_ps)
             if alloc is None:
                 return False
-            take(free, alloc, spec)
+            add_use(free, spec, alloc, -1.0)
             plan.assign(job.job_id, alloc)
             return True
         # pod by pod: free already excludes what the job holds, so only the rest is bound now
@@ -183,7 +183,7 @@ class Dragon(Policy):
             return False
         if bound != before:
             new = _minus(bound, before)
-            take(free, new, spec)
+            add_use(free, spec, new, -1.0)
         if complete:
             plan.held.pop(job.job_id, None)
             plan.assign(job.job_id, bound)

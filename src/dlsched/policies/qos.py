@@ -61,24 +61,24 @@ class QuietTicks(Wrapper):
     so the answer is that call's: keep everything running, same wake-up.
     """
 
-    def __init__(self, inner: Policy):
+    def __init__(self, inner: Policy, deadlines: DeadlineJobs):
         super().__init__(inner)
-        self._deadlines = DeadlineJobs()
+        # the phases' own tracker, kept up to date by them on every full call (a quiet tick has
+        # no deltas for it to miss)
+        self._deadlines = deadlines
         self._last: tuple | None = None  # running fingerprint and wake_at of the last full call
 
     def reset(self, cluster: Cluster, seed: int) -> None:
-        self._deadlines, self._last = DeadlineJobs(), None
+        self._last = None
         super().reset(cluster, seed)
 
     def schedule(self, snap: Snapshot) -> Plan:
-        first = self._last is None
-        self._deadlines.observe(snap)
         running = snap.running
         mark = (len(running), sum(map(_VERSION, running)), sum(map(_RATE, running)))
-        quiet = (not first and snap.events == ("tick",) and self._deadlines.none()
-                 and not (snap.arrived or snap.finished or snap.stopped))
-        if quiet and self._last is not None and self._last[0] == mark:
-            wake = self._last[1]
+        last = self._last
+        if (last is not None and last[0] == mark and snap.events == ("tick",) and self._deadlines.none()
+                and not (snap.arrived or snap.finished or snap.stopped)):
+            wake = last[1]
             if wake is None or snap.now + 2 * WAKE_AFTER < wake:  # no job has reached its point
                 return Plan(keep_running=True, wake_at=wake)
         plan = self.inner.schedule(snap)
@@ -95,7 +95,7 @@ def _compose(admission: Admission | None, ordering: Ordering, sizing: Autoscaler
         admission=admission, ordering=ordering, sizing=sizing, placement=PLACEMENTS[placement], name=name,
         preempt="none", resize=True, backfill=True, shrink=ps_steps_shrink,
     )
-    return Every(QuietTicks(pol), interval) if interval is not None else pol
+    return Every(QuietTicks(pol, sizing.finish.deadlines), interval) if interval is not None else pol
 
 
 def qos(

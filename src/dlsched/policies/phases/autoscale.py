@@ -124,21 +124,14 @@ class Autoscaler:
         default = self._default
         for job in jobs:
             running = job.status is JobStatus.RUNNING
-            if running:
-                if self._settled(job):  # what `grow` would return, without its calls
-                    out.append((job, job.num_workers, job.num_ps))
-                    continue
-            elif (size := default.get(job.job_id)) is not None:
-                out.append((job, *size))
-                continue
-            elif self._at_default(job.spec):
-                w = max(job.spec.min_workers, min(job.spec.num_workers, job.spec.max_workers))
-                default[job.job_id] = size = (w, ps_for(job.spec, w))
+            if not running and (size := default.get(job.job_id)) is not None:
                 out.append((job, *size))
                 continue
             w = self.grow(snap, job) if running else self.start_size(snap, job)
             w = max(job.spec.min_workers, min(w, job.spec.max_workers))
             ps = job.num_ps if running and w == job.num_workers else ps_for(job.spec, w)
+            if not running and self._at_default(job.spec):  # fixed for the job's life: sized once
+                default[job.job_id] = (w, ps)
             out.append((job, w, ps))
         return out
 
@@ -164,23 +157,15 @@ class Autoscaler:
         return default  # even the largest misses: the feasibility phase says so; do not hog
 
     # ------------------------------------------------------------------ running jobs
-    def _may_grow(self, job: JobState) -> bool:
-        spec = job.spec
-        return self.scale and spec.deadline is not None and job.num_workers < spec.max_workers
-
-    def _settled(self, job: JobState) -> bool:
-        """The running job keeps its size and its run's prediction record is made: a prediction
-        would only feed that record (on a trace of rigid jobs without deadlines, Philly, this is
-        every running job on every call)."""
-        return not self._may_grow(job) and (job.job_id, float(job.last_start or 0.0)) in self.predictions
-
     def grow(self, snap: Snapshot, job: JobState) -> int:
         n = job.num_workers
         spec = job.spec
         d = spec.deadline
-        may_grow = self._may_grow(job)
+        may_grow = self.scale and d is not None and n < spec.max_workers
         key = (job.job_id, float(job.last_start or 0.0))
-        if self._settled(job):
+        if not may_grow and key in self.predictions:
+            # settled: it keeps its size and its run's prediction record is made, so a prediction
+            # would feed nothing (on rigid jobs without deadlines, Philly: every running job, every call)
             return n
         pred = self.finish.predictor.predict(job, snap.now)
         if pred is None:
