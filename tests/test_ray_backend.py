@@ -189,8 +189,10 @@ def test_ps_ranks_come_first(ray_cluster, tmp_path):
 
 def test_stop_then_start_at_another_size_resumes(ray_cluster, tmp_path):
     cluster, backend = ray_cluster
+    # far more steps than can run before the stop lands, however slow the machine (80 steps, 4 s,
+    # once finished before a stop on a loaded CI machine); the second run is given a short rest
     first = _launch(tmp_path, "jr", Allocation.of({0: (1, 0), 1: (1, 0)}), workers=2, max_workers=2,
-                    min_workers=1, steps=80)
+                    min_workers=1, steps=100_000)
     backend.start(first)
     _wait(backend, "jr", {"running"}, cond=lambda o: o.step >= 5)
     _remember(cluster, backend, "jr")
@@ -198,8 +200,9 @@ def test_stop_then_start_at_another_size_resumes(ray_cluster, tmp_path):
     obs = backend.observe()["jr"]
     assert obs.state == "stopped", obs.message
     saved = json.loads((first.job_dir / "checkpoint.pt").read_text())["step"]
-    assert 5 <= saved < 80
-    second = Launch("jr", first.job, Allocation.single_node(2, 1), first.job_dir, attempt=1)
+    assert 5 <= saved < 100_000
+    rest = first.job.model_copy(update={"steps": saved + 20})
+    second = Launch("jr", rest, Allocation.single_node(2, 1), first.job_dir, attempt=1)
     backend.start(second)
     obs = _wait(backend, "jr", {"done", "failed"})
     _remember(cluster, backend, "jr")
