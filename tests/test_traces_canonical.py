@@ -100,22 +100,35 @@ def test_fast_build_matches_the_constructor(tmp_path, monkeypatch):
 def test_default_workload_needs_no_shared_traces(monkeypatch, tmp_path):
     monkeypatch.setenv("DLSCHED_TRACES", str(tmp_path / "absent"))
     assert traces_dir() is None
-    w = default_workload()
-    assert (len(w.jobs), w.cluster) == (300, "itp-small")
-    assert w.source.startswith("embedded:") and "MIT" in w.attribution
-    info = trace_info(w)
-    assert info["first_submit"] == 0.0 and info["gpus_histogram"] == {"1": 268, "4": 1, "8": 29, "16": 2}
-    assert max(j.gpus_requested for j in w.jobs) <= 128  # fits the itp-small preset
+    for measured in (True, False):
+        w = default_workload(measured=measured)
+        assert (len(w.jobs), w.cluster) == (300, "itp-small")
+        assert w.source.startswith("embedded:") and "MIT" in w.attribution
+        info = trace_info(w)
+        assert info["first_submit"] == 0.0 and info["gpus_histogram"] == {"1": 268, "4": 1, "8": 29, "16": 2}
+        assert max(j.gpus_requested for j in w.jobs) <= 128  # fits the itp-small preset
+        assert info["deadlines"] == (300 if measured else 0)
+    measured, raw = default_workload(), default_workload(measured=False)
+    assert {j.model for j in raw.jobs} == {"duration-only"} and not any(j.elastic for j in raw.jobs)
+    assert all(j.model.startswith("elasticflow:") for j in measured.jobs) and "Apache" in measured.attribution
+    assert [(j.job_id, j.submit_time, j.duration) for j in measured.jobs] == [
+        (j.job_id, j.submit_time, j.duration) for j in raw.jobs]
+    assert all(j.deadline >= j.submit_time for j in measured.jobs)
 
 
 def test_embedded_slice_is_small_licensed_and_verbatim():
     data = Path(str(resources.files("dlsched") / "data"))
-    csv = data / "itp_cluster04_slice.csv"
+    csv = data / "itp_cluster04_deadline_slice.csv"
     assert csv.stat().st_size < 100_000
     assert "MIT License" in (data / "LICENSE-ITP").read_text()
+    assert "Apache License" in (data / "elasticflow" / "LICENSE").read_text()
     assert "rows 201–500" in (data / "README.md").read_text()
     root = traces_dir()
     if root is None:
         pytest.skip("shared traces not available to compare the slice with")
-    full = pd.read_csv(root / "elasticflow-itp" / "raw" / "cluster04.csv")
+    full = pd.read_csv(root / "elasticflow-itp" / "elasticflow" / "cluster04.csv")
     assert full.iloc[200:500].reset_index(drop=True).equals(pd.read_csv(csv))
+    raw = pd.read_csv(root / "elasticflow-itp" / "raw" / "cluster04.csv")  # the same jobs as the raw trace
+    assert raw.iloc[200:500].reset_index(drop=True).equals(pd.read_csv(csv)[list(raw.columns)])
+    for f in (data / "elasticflow" / "A100").glob("*.csv"):  # the curves, verbatim
+        assert f.read_bytes() == (root / "elasticflow-profiles" / "A100" / f.name).read_bytes()

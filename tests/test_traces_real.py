@@ -72,7 +72,12 @@ def test_itp_deadline_carries_generated_columns():
     assert len(w.jobs) == 15_802 and trace_info(w)["deadlines"] == 15_802
     j = w.jobs[0]
     assert j.deadline == 314_395.0 and j.iterations == j.duration == 288_476.0  # duration-only work
-    assert j.extra == {"model_name": "inception3", "num_iteration": 3_950_230, "batch_size": 64}
+    assert j.extra == {"model_name": "inception3", "num_iteration": 3_950_230, "batch_size": 64,
+                       "profile": "inception3@64 A100, from the trace"}
+    assert (j.model, j.batch_size, j.num_workers, j.min_workers, j.max_workers) == (
+        "elasticflow:inception3", 64, 16, 1, 16)  # its measured curve stops improving at 16
+    off = load_trace(p, profiles="off", limit=1).jobs[0]
+    assert (off.model, off.elastic) == ("duration-only", False) and "profile" not in off.extra
     assert {x.extra["model_name"] for x in w.jobs} == {"bert", "deepspeech2", "gpt2", "inception3", "resnet50", "vgg16"}
 
 

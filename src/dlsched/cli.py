@@ -47,35 +47,40 @@ def _run(
     elastic: Optional[bool],
     output_format: str,
     traces: Optional[Path] = None,
+    profiles: Optional[str] = None,
 ) -> None:
     from dlsched.experiment import run_policies
     from dlsched.metrics.report import write_report
     from dlsched.metrics.table import render_table, summary_rows
     from dlsched.core.utility import with_default_utilities
-    from dlsched.policies.registry import BASELINES, UTILITY_DRIVEN, parse_policy_list
+    from dlsched.policies.registry import DEFAULT_POLICIES, UTILITY_DRIVEN, parse_policy_list
     from dlsched.paths import describe_traces, traces_dir
     from dlsched.presets import load_cluster
     from dlsched.run_config import load_run_config
     from dlsched.throughput.registry import default_throughput
     from dlsched.traces import default_workload, load_trace
+    from dlsched.traces.profiles import PROFILE_MODES
 
     if output_format not in ("table", "json"):
         raise DlschedError(f"--format must be 'table' or 'json', not {output_format!r}")
     cfg = load_run_config(config)
     trace = trace or cfg.trace
-    names = parse_policy_list(policies or ",".join(cfg.policies or BASELINES))
+    names = parse_policy_list(policies or ",".join(cfg.policies or DEFAULT_POLICIES))
     if seed is not None:
         cfg.sim.seed = seed
     limit = limit or cfg.limit
     elastic = cfg.elastic if elastic is None else elastic
+    profiles = profiles or cfg.profiles
+    if profiles not in PROFILE_MODES:
+        raise DlschedError(f"--profiles must be one of {', '.join(PROFILE_MODES)}, not {profiles!r}")
     quiet = output_format == "json"
     root = traces_dir(traces)
 
     if trace:
         workload = load_trace(trace, trace_format or cfg.trace_format, limit=limit, elastic=elastic, seed=cfg.sim.seed,
-                              traces=root)
+                              traces=root, profiles=profiles)
     else:
-        workload = default_workload()
+        workload = default_workload(measured=profiles != "off", elastic=elastic)
         if limit:
             workload.jobs = workload.jobs[:limit]
     cluster = load_cluster(cluster_name or cfg.cluster or workload.cluster)
@@ -104,6 +109,8 @@ def _run(
         console.print(f"[bold]workload[/] {workload.name}: {len(workload.jobs)} jobs from {workload.source}")
         console.print(f"[bold]cluster[/]  {cluster.describe()}")
         console.print(f"[bold]policies[/] {', '.join(names)}")
+        for note in workload.notes:
+            console.print(f"[bold]data[/]     {note}", highlight=False)
         if utility_note:
             console.print(f"[bold]utility[/]  {utility_note}")
         if oracle_note:
@@ -130,7 +137,7 @@ def _run(
             bar.update(tasks[run.name], completed=total)
 
     results = comparison.results
-    notes = [n for n in (workload.attribution, oracle_note and f"Oracles: {oracle_note}.",
+    notes = [n for n in (workload.attribution, *workload.notes, oracle_note and f"Oracles: {oracle_note}.",
                          utility_note and f"Utility: {utility_note}.", describe_traces(root)) if n]
     notes += [f"simulated in {r.wall_seconds:.1f} s wall time: {r.name}" for r in comparison.runs]
     index = write_report(
@@ -151,7 +158,11 @@ _OUT = typer.Option(None, "--out", "-o", help="Report folder (default: dlsched-r
 _SEED = typer.Option(None, "--seed", help="Seed for the engine and policies (default 0).")
 _CONFIG = typer.Option(None, "--config", help="YAML run config (trace, cluster, policies, sim, policy_options, throughput).")
 _LIMIT = typer.Option(None, "--limit", help="Use only the first N jobs of the trace.")
-_ELASTIC = typer.Option(None, "--elastic/--rigid", help="Let trace jobs run at 1..requested workers (elastic) or only at their size (rigid, default).")
+_ELASTIC = typer.Option(None, "--elastic/--rigid", help="Default: jobs on measured curves are elastic (1 GPU up to where their curve stops improving), "
+                        "duration-only jobs rigid. --elastic: every job elastic (duration-only ones 1..2x requested); --rigid: every job at its requested size.")
+_PROFILES = typer.Option(None, "--profiles", help="Measured job behaviour: 'auto' (default: jobs whose trace names a measured model run on its "
+                         "ElasticFlow curve, e.g. the ITP deadline traces), 'draw' (also give every duration-only job a measured curve "
+                         "that fits its size, drawn with --seed and recorded in jobs.csv), 'off' (duration-only, the old baseline).")
 _FORMAT = typer.Option("table", "--format", "-f", help="'table' (console table + report) or 'json' (summary rows on stdout, for scripts).")
 _TRACES = typer.Option(None, "--traces", help="Shared traces folder (measured throughput tables, DL2 constants, Pollux profiles). "
                        "Default: $DLSCHED_TRACES, else ../shared/traces beside the source checkout; never the working directory.")
@@ -163,7 +174,7 @@ def simulate(
     trace: Optional[str] = _TRACE,
     trace_format: Optional[str] = _TRACE_FORMAT,
     cluster: Optional[str] = _CLUSTER,
-    policies: Optional[str] = typer.Option(None, "--policies", "-p", help="Comma-separated policy names (default: the six baselines)."),
+    policies: Optional[str] = typer.Option(None, "--policies", "-p", help="Comma-separated policy names (default: the six baselines and the published systems dragon, qos, oasis, dl2)."),
     out: Optional[Path] = _OUT,
     seed: Optional[int] = _SEED,
     config: Optional[Path] = _CONFIG,
@@ -171,9 +182,10 @@ def simulate(
     elastic: Optional[bool] = _ELASTIC,
     output_format: str = _FORMAT,
     traces: Optional[Path] = _TRACES,
+    profiles: Optional[str] = _PROFILES,
 ) -> None:
-    """Simulate policies on a workload (default: all six baselines on the embedded ITP slice) and write a report."""
-    _run(trace, trace_format, cluster, policies, out, seed, config, limit, elastic, output_format, traces)
+    """Simulate policies on a workload (default: the baselines and the published systems on the embedded ITP slice) and write a report."""
+    _run(trace, trace_format, cluster, policies, out, seed, config, limit, elastic, output_format, traces, profiles)
 
 
 @app.command()
@@ -190,9 +202,10 @@ def compare(
     elastic: Optional[bool] = _ELASTIC,
     output_format: str = _FORMAT,
     traces: Optional[Path] = _TRACES,
+    profiles: Optional[str] = _PROFILES,
 ) -> None:
     """Run several policies on one trace: prints the comparison and writes the report folder."""
-    _run(trace, trace_format, cluster, policies, out, seed, config, limit, elastic, output_format, traces)
+    _run(trace, trace_format, cluster, policies, out, seed, config, limit, elastic, output_format, traces, profiles)
 
 
 # --------------------------------------------------------------------------- listings
@@ -202,11 +215,11 @@ def compare(
 @_friendly
 def list_policies() -> None:
     """List the scheduling policies."""
-    from dlsched.policies.registry import BASELINES, POLICIES
+    from dlsched.policies.registry import BASELINES, POLICIES, PUBLISHED
 
     width = max(map(len, POLICIES)) + 2
     for name, (_, _, desc) in POLICIES.items():
-        mark = " (baseline)" if name in BASELINES else ""
+        mark = " (baseline)" if name in BASELINES else " (published system)" if name in PUBLISHED else ""
         console.print(f"[bold]{name:<{width}}[/]{desc}{mark}")
 
 

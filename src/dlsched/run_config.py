@@ -29,7 +29,8 @@ class RunConfig(BaseModel):
     cluster: str | None = None
     policies: list[str] | None = None
     limit: int | None = Field(None, gt=0)
-    elastic: bool = False
+    elastic: bool | None = Field(None, description="None: jobs on measured curves elastic, others rigid")
+    profiles: str = Field("auto", pattern="^(auto|draw|off)$", description="measured curves: auto, draw or off")
     out: str | None = None
     sim: SimConfig = Field(default_factory=SimConfig)
     throughput: ThroughputConfig = Field(default_factory=ThroughputConfig)

@@ -82,7 +82,7 @@ def run_dl2_experiment(
 def _real_trace(model: str | None, cfg: DL2TrainConfig, on_step) -> pd.DataFrame:
     """The shipped/trained model, unchanged, on the embedded ITP slice (real jobs, unknown work),
     made elastic (1..2× the requested GPUs, the traces' `--elastic` rule) so that sizing matters."""
-    wl = default_workload()
+    wl = default_workload(measured=False)
     jobs = [made_elastic(j) for j in wl.jobs]
     cluster, tp = load_cluster(wl.cluster), default_throughput(traces_dir())
     rows = []

@@ -171,7 +171,7 @@ def ablation_table(runs: pd.DataFrame, workload: str = "dragon-tf-ps") -> pd.Dat
 
 def trace_jobs(elastic: bool) -> tuple[str, list[JobSpec], str]:
     """The embedded ITP slice (real trace, MIT licence), rigid or with min-instances = half."""
-    w = default_workload()
+    w = default_workload(measured=False)
     jobs = w.jobs
     label = "itp-slice-rigid"
     if elastic:

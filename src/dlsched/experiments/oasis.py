@@ -199,7 +199,7 @@ def run_trace(trace: str, limit: int | None, policies, out: Path, seed: int = 0,
     from dlsched.throughput.registry import default_throughput
     from dlsched.traces import load_trace
 
-    wl = load_trace(trace, None, limit=limit, seed=seed)
+    wl = load_trace(trace, None, limit=limit, seed=seed, profiles="off")
     jobs, _ = with_default_utilities(wl.jobs)
     cluster = load_cluster(wl.cluster)
     tp = default_throughput(traces_dir())

@@ -94,7 +94,7 @@ def _scenarios(quick: bool, seeds: list[int], itp_path: Path | None) -> list[Sce
     for path in paths:
         if not path.exists():
             raise FileNotFoundError(path)
-        itp = load_trace(path, "itp-deadline", elastic=True, limit=60 if quick else None)
+        itp = load_trace(path, "itp-deadline", elastic=True, limit=60 if quick else None, profiles="off")
         out.append(Scenario(f"itp-{path.stem}", itp.jobs, _itp_cluster, GPU, ITP_NODE[0]))
     return out
 

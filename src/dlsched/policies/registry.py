@@ -34,8 +34,12 @@ POLICIES: dict[str, tuple[str, str, str]] = {
 #: runs, so all policies in it are scored on the same utilities.
 UTILITY_DRIVEN: frozenset[str] = frozenset({"oasis", "rrh"})
 
-#: The six baselines `dlsched simulate` compares by default.
+#: The six baselines.
 BASELINES: tuple[str, ...] = ("fifo", "srtf", "drf", "tiresias", "optimus", "kube-default")
+#: The published systems, each a policy over the same core (Dual-Agent is still to come).
+PUBLISHED: tuple[str, ...] = ("dragon", "qos", "oasis", "dl2")
+#: What `dlsched simulate` compares when no policy is named: the published systems next to the baselines.
+DEFAULT_POLICIES: tuple[str, ...] = BASELINES + PUBLISHED
 
 
 def make_policy(name: str, **options: Any) -> Policy:

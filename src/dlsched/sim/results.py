@@ -3,7 +3,8 @@ comes from the run itself; nothing is filled in.
 
 The per-job table says which throughput model served each job (`throughput_model`, e.g.
 "gavel-matrix" or the analytic "ring-allreduce" fallback), because that depends on which measured
-tables the traces root held, and a result is not comparable without it."""
+tables the traces root held, and a result is not comparable without it; `profile` says which
+measured curve a trace job runs on and whether the trace named it or a seeded draw chose it."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 JOB_COLUMNS = [
     "job_id", "status", "reason", "submit", "start", "end", "jct", "queueing_delay", "deadline",
     "deadline_met", "utility", "restarts", "preemptions", "gpus_requested", "gpu_seconds",
-    "held_gpu_seconds", "iterations", "progress", "mean_nodes", "model", "throughput_model",
+    "held_gpu_seconds", "iterations", "progress", "mean_nodes", "model", "profile", "throughput_model",
 ]
 
 
@@ -70,7 +71,7 @@ class SimResult:
                 js.restarts, js.preemptions, s.gpus_requested, js.gpu_seconds,
                 js.held_gpu_seconds, s.iterations, js.progress,
                 js.node_seconds / js.run_time if js.run_time > 0 else np.nan,
-                s.model, throughput.served_by(s) if throughput is not None else None,
+                s.model, s.extra.get("profile"), throughput.served_by(s) if throughput is not None else None,
             ))
         jobs = pd.DataFrame.from_records(rows, columns=JOB_COLUMNS)
         tl = pd.DataFrame({

@@ -20,12 +20,14 @@ from dlsched.throughput.base import Router, ThroughputModel
 from dlsched.throughput.dl2_constants import load_dl2_constants
 from dlsched.throughput.dl2_speed import DL2Speed
 from dlsched.throughput.duration_only import DurationOnly
+from dlsched.throughput.elasticflow import MeasuredCurves
 from dlsched.throughput.gavel_matrix import GavelMatrix
 from dlsched.throughput.parameter_server import ParameterServerModel
 from dlsched.throughput.pollux_profile import PolluxProfile
 from dlsched.throughput.ring_allreduce import RingAllReduceModel
 
 THROUGHPUT_MODELS: dict[str, str] = {
+    "elasticflow-curves": "ElasticFlow's measured A100 scaling curves, 1-64 GPUs, per model and batch ('elasticflow:<model>' jobs: the ITP deadline traces, or drawn with --profiles draw; ships with dlsched)",
     "gavel-matrix": "Gavel's measured steps/s per job type, GPU count and K80/P100/V100 type ('gavel:<job type>' jobs; needs shared traces)",
     "pollux-profile": "Pollux's measured step times vs. placement and batch size on T4s ('pollux:<app>' jobs; needs shared traces)",
     "dl2-speed": "DL2's measured PS/worker speed records, linear-RBF interpolated ('dl2:<model>' jobs; needs shared traces)",
@@ -49,7 +51,7 @@ def default_throughput(
     if dl2 not in DL2_MODES:
         raise ConfigError(f"throughput dl2 must be one of {', '.join(DL2_MODES)}, got {dl2!r}")
     root = Path(traces) if traces is not None else None
-    models: list[ThroughputModel] = []
+    models: list[ThroughputModel] = [MeasuredCurves()]  # its curves ship with the package
     if root is not None:
         if (p := trace_files.find(trace_files.GAVEL_THROUGHPUTS, root)) is not None:
             models.append(GavelMatrix(p))

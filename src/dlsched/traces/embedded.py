@@ -1,8 +1,12 @@
 """The workload shipped inside the package, so `dlsched simulate` works on a fresh machine.
 
-It is a contiguous slice of the MIT-licensed Microsoft ITP trace, stored verbatim in the ITP
-format (see src/dlsched/data/README.md for which rows and why), read with the `itp` adapter and
-shifted so that the first job arrives at time 0.
+It is a contiguous slice of the MIT-licensed Microsoft ITP trace (cluster04), stored verbatim in
+the ITP deadline format (see src/dlsched/data/README.md for which rows and why), shifted so that
+the first job arrives at time 0. By default each job runs on the measured ElasticFlow curve of the
+model and batch its row names, elastic within that curve, with its deadline
+(`traces.profiles`): a workload on which scheduling decisions matter. `measured=False` gives the
+same jobs as the trace's raw columns alone say: rigid, duration-only, no deadlines (the workload
+the paper reruns were measured on).
 """
 
 from __future__ import annotations
@@ -16,8 +20,8 @@ from dlsched.traces.frame import build_jobs, finalize, sort_and_limit
 from dlsched.traces.problems import ProblemLog
 from dlsched.traces.workload import Workload
 
-DATA_FILE = "itp_cluster04_slice.csv"
-#: The cluster preset the slice was chosen for: 8 nodes x 8 GPUs (64 GPUs), see data/README.md.
+DATA_FILE = "itp_cluster04_deadline_slice.csv"
+#: The cluster preset the slice was chosen for: 16 nodes x 8 GPUs (128 GPUs), see data/README.md.
 PRESET = "itp-small"
 
 
@@ -25,25 +29,35 @@ def data_path() -> Path:
     return Path(str(resources.files("dlsched") / "data" / DATA_FILE))
 
 
-def default_workload() -> Workload:
-    """The embedded ITP slice (no shared traces needed), first arrival at t = 0."""
+def default_workload(*, measured: bool = True, elastic: bool | None = None) -> Workload:
+    """The embedded ITP slice (no shared traces needed), first arrival at t = 0.
+
+    `measured`: jobs on their measured curves with deadlines (`elastic` as in `load_trace`);
+    False: the raw trace's rigid duration-only jobs without deadlines.
+    """
+    from dlsched.traces.registry import with_profiles
+
     path = data_path()
     if not path.is_file():
         raise TraceError(f"the embedded default workload is missing from the installation ({path})")
     log = ProblemLog(f"embedded:{DATA_FILE}")
-    parsed = itp.read(path, log)
+    parsed = (itp.read_deadline if measured else itp.read)(path, log, elastic=bool(elastic))
     frame = finalize(parsed.frame, log) if parsed.frame is not None else None
     log.raise_if_any("embedded default workload is damaged")
     frame = sort_and_limit(frame, None)
     t0 = float(frame["submit_time"].min())
     frame["submit_time"] = frame["submit_time"] - t0
+    if measured:
+        frame["deadline"] = frame["deadline"] - t0
     jobs = build_jobs(frame, log)
-    return Workload(
-        name="itp-cluster04-slice",
+    w = Workload(
+        name="itp-cluster04-slice" if measured else "itp-cluster04-slice-raw",
         jobs=jobs,
         source=f"embedded:{DATA_FILE}",
         cluster=PRESET,
         attribution=itp.ATTRIBUTION + "; slice shipped with dlsched (see dlsched/data/LICENSE-ITP)",
         dropped=parsed.dropped,
-        notes=[f"submit times shifted by -{t0:g} s so the first job arrives at 0 (ITP cluster04 clock)"],
+        notes=[f"submit times{' and deadlines' if measured else ''} shifted by -{t0:g} s so the first job "
+               "arrives at 0 (ITP cluster04 clock)"],
     )
+    return with_profiles(w, "auto" if measured else "off", elastic=elastic, seed=0)

@@ -16,7 +16,9 @@ from dlsched.core.errors import ConfigError, TraceError
 from dlsched.traces import alibaba, canonical, dl2_csv, gavel, itp, philly, pollux
 from dlsched.traces.dl2 import dl2_workload
 from dlsched.traces.frame import Parsed, build_jobs, finalize, sort_and_limit
+from dlsched.throughput.elasticflow import ATTRIBUTION as ELASTICFLOW_ATTRIBUTION
 from dlsched.traces.problems import ProblemLog
+from dlsched.traces.profiles import apply_profiles
 from dlsched.traces.reader import first_line
 from dlsched.traces.synthetic import synthetic_workload
 from dlsched.traces.workload import Workload
@@ -125,26 +127,29 @@ def _generate(path: str | Path, fmt: str, *, limit: int | None, elastic: bool, s
 
 
 def load_trace(
-    path: str | Path, fmt: str | None = None, *, limit: int | None = None, elastic: bool = False, seed: int = 0,
-    traces: Path | None = None,
+    path: str | Path, fmt: str | None = None, *, limit: int | None = None, elastic: bool | None = None,
+    seed: int = 0, traces: Path | None = None, profiles: str = "auto",
 ) -> Workload:
     """Load a trace as a Workload (jobs in submit order; `limit` keeps the first ones).
 
-    `elastic` gives jobs a worker range (see each adapter); `seed` drives the generator formats
-    (dl2-ali, synthetic; file formats are deterministic). Raises TraceError whose `.problems`
-    lists every bad row as `file:row: column: problem`. `traces`: the traces root for data a
-    format reads beyond its file (DL2's constants, Pollux's profiles); None: the default root.
+    `profiles` says which jobs run on measured scaling curves ("auto", "draw" or "off") and
+    `elastic` which jobs get a worker range (None: those on measured curves; True: every job, see
+    each adapter; False: none): `traces.profiles`. `seed` drives the generator formats (dl2-ali,
+    synthetic) and the profile draw; file formats are deterministic. Raises TraceError whose
+    `.problems` lists every bad row as `file:row: column: problem`. `traces`: the traces root for
+    data a format reads beyond its file (DL2's constants, Pollux's profiles); None: the default root.
     """
     fmt = _format(path, fmt)
     if fmt in GENERATORS:
-        return _generate(path, fmt, limit=limit, elastic=elastic, seed=seed, traces=traces)
+        w = _generate(path, fmt, limit=limit, elastic=bool(elastic), seed=seed, traces=traces)
+        return with_profiles(w, profiles, elastic=elastic, seed=seed)
     p = Path(path)
-    parsed, log = _parse(p, fmt, elastic=elastic, seed=seed, traces=traces)
+    parsed, log = _parse(p, fmt, elastic=bool(elastic), seed=seed, traces=traces)
     log.raise_if_any(f"cannot load {fmt} trace")
     frame = sort_and_limit(parsed.frame, limit)
     jobs = build_jobs(frame, log)
     log.raise_if_any(f"cannot load {fmt} trace")
-    return Workload(
+    w = Workload(
         name=parsed.name,
         jobs=jobs,
         source=str(p),
@@ -153,6 +158,16 @@ def load_trace(
         dropped=parsed.dropped,
         notes=parsed.notes,
     )
+    return with_profiles(w, profiles, elastic=elastic, seed=seed)
+
+
+def with_profiles(w: Workload, profiles: str, *, elastic: bool | None, seed: int) -> Workload:
+    """`w` with measured curves applied as `profiles` says (`traces.profiles.apply_profiles`)."""
+    w.jobs, notes = apply_profiles(w.jobs, profiles, elastic=elastic, seed=seed)
+    w.notes = [*w.notes, *notes]
+    if notes:
+        w.attribution = "; ".join(x for x in (w.attribution, ELASTICFLOW_ATTRIBUTION) if x)
+    return w
 
 
 def validate_trace(path: str | Path, fmt: str | None = None) -> list[str]:
