@@ -1,0 +1,46 @@
+"""`dlsched simulate` with no argument: the published systems next to the baselines, on a workload
+where they differ (the embedded ITP slice on measured curves), and the --profiles/--rigid switches."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from dlsched.cli import app
+from dlsched.policies.registry import BASELINES, DEFAULT_POLICIES, PUBLISHED
+
+
+def _json(args, tmp_path):
+    r = CliRunner().invoke(app, ["simulate", "--format", "json", "--out", str(tmp_path / "rep"), *args])
+    assert r.exit_code == 0, r.output
+    return {row["policy"].split(" ")[0]: row for row in json.loads(r.stdout[r.stdout.index("["):])}
+
+
+def test_default_policies_are_the_baselines_and_the_published_systems():
+    assert DEFAULT_POLICIES == BASELINES + PUBLISHED
+    assert {"dragon", "qos", "oasis", "dl2"} <= set(PUBLISHED)
+
+
+def test_simulate_default_shows_published_systems_and_they_differ(tmp_path):
+    rows = _json(["--limit", "120", "-p", "fifo,drf,kube-default,dragon,qos,dl2"], tmp_path)
+    assert set(rows) == {"fifo", "drf", "kube-default", "dragon", "qos", "dl2"}
+    jct = {p: r["mean_jct"] for p, r in rows.items()}
+    assert len({round(v, 3) for v in jct.values()}) >= 5, jct  # decisions matter on this workload
+    met = {p: r["deadline_met_ratio"] for p, r in rows.items()}
+    assert len({round(v, 3) for v in met.values()}) >= 4, met
+    text = (tmp_path / "rep" / "jobs.csv").read_text()  # the per-job table says which curve served each job
+    assert '"elasticflow:bert","bert@64 A100, from the trace","elasticflow-curves"' in text
+
+
+def test_profiles_off_and_rigid_change_the_workload(tmp_path):
+    args = ["--limit", "120", "-p", "drf"]
+    measured = _json(args, tmp_path)["drf"]["mean_jct"]
+    off = _json([*args, "--profiles", "off"], tmp_path)["drf"]["mean_jct"]
+    rigid = _json([*args, "--rigid"], tmp_path)["drf"]["mean_jct"]
+    assert len({round(measured, 3), round(off, 3), round(rigid, 3)}) == 3
+
+
+def test_bad_profiles_value_is_one_line():
+    r = CliRunner().invoke(app, ["simulate", "--profiles", "measured", "-p", "fifo"])
+    assert r.exit_code == 2 and "--profiles must be one of auto, draw, off" in r.output
