@@ -185,6 +185,53 @@ def test_idle_cluster_grows_running_jobs_after_the_quiet_period():
     assert r.jobs.restarts.iloc[0] == 1  # one resize, paid as a restart
 
 
+def test_borrowed_workers_go_back_to_a_newcomer_at_its_requested_size():
+    """j0 (asks 1, may grow to 4) grows while alone; j1 (asks 3) arrives: j0 gives back its
+    borrowed workers at once, down to its own requested size, and j1 starts at 3, not 1."""
+    c = cluster(1, 4)
+    jobs = [ps_job(0, 0, 20000, w=1, lo=1, hi=4), ps_job(1, 500, 3000, w=3, lo=1, hi=3)]
+    rec = Recorder(dragon(idle_s=60))
+    run(jobs, rec, c)
+    t, plan, _ = next((t, p, s) for t, p, s in rec.plans if "j1" in p.allocations)
+    assert t == pytest.approx(500.0)  # no starvation wait: the room was only lent
+    assert plan.allocations["j1"].num_workers == 3
+    assert plan.allocations["j0"].num_workers == 1  # back to what it asked for, not below
+
+
+def test_growth_stays_in_the_racks_a_job_uses():
+    c = Cluster.homogeneous("t", nodes=4, gpus=2, cpus=16, mem=64, nodes_per_rack=2)  # racks {0,1} and {2,3}
+    spec = ps_job(0, 0, 10, w=2, lo=1, hi=8)
+
+    class J:
+        def __init__(self, spec):
+            self.spec, self.job_id = spec, spec.job_id
+
+    allocs = {"j0": Allocation.of({0: (2, 1)})}
+    free = c.capacity.copy()
+    np.subtract.at(free, [0], allocs["j0"].usage(np.asarray(spec.worker_demand), np.asarray(spec.ps_demand)))
+    grown = scale_up(c, [J(spec)], allocs, free.copy(), local_first=True)["j0"]
+    assert set(grown.nodes) == {0, 1} and grown.num_workers == 4  # rack 0 only, though rack 1 has room
+    assert grow_order(c, free, spec, allocs["j0"], new_racks=False) == [1]
+    assert set(grow_order(c, free, spec, allocs["j0"])) == {1, 2, 3}
+    spread = scale_up(c, [J(spec)], allocs, free.copy(), local_first=False)["j0"]
+    assert spread.num_workers == 8  # the released controller's order (locality off) still fills every node
+
+
+def test_scale_up_restores_shrunk_jobs_before_growing_others():
+    """j1 was shrunk below its request for a starving j2; when j2 ends and the cluster is idle,
+    j1 is restored to its requested size before j0 (which started first) grows past its own."""
+    c = cluster(1, 4)
+    jobs = [ps_job(0, 0, 40000, w=1, lo=1, hi=4), ps_job(1, 10, 40000, w=3, lo=1, hi=3),
+            ps_job(2, 20, 200, w=2, lo=2, hi=2)]
+    rec = Recorder(dragon(idle_s=60))
+    r = run(jobs, rec, c).jobs.set_index("job_id")
+    j2_end = r.loc["j2", "end"]
+    t, plan = next((t, p) for t, p, _ in rec.plans if t > j2_end and p.allocations)  # the first growth
+    assert t == pytest.approx(j2_end + 60)
+    assert plan.allocations["j1"].num_workers == 3
+    assert "j0" not in plan.allocations  # nothing left for j0 to grow into
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), n=st.integers(2, 12), gang=st.booleans())
 def test_no_partial_gang_ever_holds_resources_under_dragon(seed, n, gang):

@@ -15,7 +15,9 @@ three phases on every reconcile over a FIFO waiting queue and a running queue:
    controller starts one job per reconcile and reconciles continuously; one call here starts every
    job that fits, which is what a burst of reconciles does.
 3. Load-aware scale-up: when nothing has happened (no arrival, completion, start or resize) for
-   `idle_s` (60 s) and nobody waits, running jobs grow towards their maximum.
+   `idle_s` (60 s) and nobody waits, running jobs grow towards their maximum — jobs that were
+   shrunk below their requested size first, then in the order they started — within the racks
+   they already use.
 
 Each capability can be switched off for ablation:
 - `gang=False`: tasks are bound one at a time as they fit (PSs first) and a job runs only once all
@@ -31,6 +33,19 @@ policy asks the engine to wake it when a timer expires (`Plan.wake_at`), which i
 behaviour without a polling tick. Phase 3 only runs when no job waits: growing jobs while one
 waits would be undone by phase 1 thirty seconds later at the price of two restarts per job
 (the paper's "grow them when the cluster is idle").
+
+Three departures make load-aware scaling pay on real traces whose jobs run on measured, sublinear
+curves (issue 14; before them DRAGON was slower than gang FIFO on ITP 195job at load 0.8:
+docs/DECISIONS.md has the figures):
+- Workers a job got beyond its requested size are borrowed from idle capacity: when a waiting job
+  (starving or not) does not fit at its requested size, running jobs give back borrowed workers
+  first, never below their own requested size (`_reclaim`), before it is started smaller or anyone
+  is shrunk below what they asked for. Without it a newcomer started at whatever the grown jobs
+  left (often 1 GPU of 8 asked for) and stayed there while they kept their borrowed GPUs.
+- Scale-up restores jobs shrunk below their requested size before growing others.
+- Scale-up never spills a job into a new rack (`grow_order(new_racks=False)`): its ring or PS
+  traffic would cross the spine, and on the measured curves such a job ran slower than before it
+  grew (a vgg16 job grown from 8 to ~28 GPUs over two racks ran 2.5x slower than its trace duration).
 """
 
 from __future__ import annotations
@@ -52,6 +67,7 @@ from dlsched.policies.phases.locality import Locality
 from dlsched.policies.phases.placement import Spread
 from dlsched.policies.phases.queues import Line
 from dlsched.policies.phases.scaling import scale_down_until, scale_up
+from dlsched.policies.phases.sizing import ps_for
 
 
 class Dragon(Policy):
@@ -140,7 +156,8 @@ class Dragon(Policy):
         if (self.scaling and not self._rigid and first_waiting is None and snap.num_running
                 and now - self._last_action >= self.idle_s):
             allocs = {j.job_id: j.allocation for j in snap.running} | plan.allocations
-            grown = scale_up(snap.cluster, _by_start(snap), allocs, free, local_first=self.locality)
+            order = sorted(_by_start(snap), key=lambda j: allocs[j.job_id].num_workers >= j.spec.num_workers)
+            grown = scale_up(snap.cluster, order, allocs, free, local_first=self.locality)
             if grown:
                 plan.allocations.update(grown)
                 acted = True
@@ -161,13 +178,36 @@ class Dragon(Policy):
         # minimum have nothing to give (and when every job is rigid, none has)
         if self._rigid:
             return scale_down_until([], {}, free, fits)
+        if self.gang and (lent := self._reclaim(snap, spec, free, {})):
+            return lent
         allocs = {j.job_id: j.allocation for j in snap.running}
         donors = [j for j in _by_start(snap) if allocs[j.job_id].num_workers > j.spec.min_workers]
         return scale_down_until(donors, allocs, free, fits)
 
+    def _reclaim(self, snap: Snapshot, spec: JobSpec, free: np.ndarray,
+                 planned: dict[str, Allocation]) -> dict[str, Allocation] | None:
+        """Running jobs' workers beyond their requested size, given back (loneliest first, never
+        below the lender's requested size) until `spec` fits at its requested size; `free` then
+        includes them. None, and nothing changed, when it fits already or cannot be made to."""
+        if self._rigid:
+            return None
+        w = spec.num_workers
+        ps = ps_for(spec, w, spec.num_ps)
+
+        def fits(room: np.ndarray) -> bool:
+            return self.place.placement.place(snap.cluster, room, spec, w, ps) is not None
+
+        allocs = {j.job_id: j.allocation for j in snap.running} | planned
+        lenders = [j for j in _by_start(snap) if allocs[j.job_id].num_workers > j.spec.num_workers]
+        if not lenders or fits(free):
+            return None
+        return scale_down_until(lenders, allocs, free, fits, floor=lambda j: j.spec.num_workers) or None
+
     def _start(self, snap: Snapshot, job: JobState, free: np.ndarray, plan: Plan) -> bool:
         spec = job.spec
         if self.gang:
+            if lent := self._reclaim(snap, spec, free, plan.allocations):
+                plan.allocations.update(lent)
             alloc = self.place.place(snap.cluster, free, spec, spec.num_workers, spec.num_ps)
             if alloc is None:
                 return False

@@ -39,12 +39,16 @@ class Locality:
         return pack(cluster, free, spec, workers, ps)
 
 
-def grow_order(cluster: Cluster, free: np.ndarray, spec: JobSpec, alloc: Allocation) -> list[int]:
+def grow_order(
+    cluster: Cluster, free: np.ndarray, spec: JobSpec, alloc: Allocation, *, new_racks: bool = True
+) -> list[int]:
     """Nodes where one more worker of this job fits, best first for locality.
 
     The job's PS nodes first (a worker there talks to its PS over the node's own bandwidth), then
-    its other nodes, then nodes in the racks it already uses, then the rest by most room (so a
-    spill-over lands where more workers could follow).
+    its other nodes, then nodes in the racks it already uses, then (unless `new_racks` is False)
+    the rest by most room (so a spill-over lands where more workers could follow). A job that
+    grows into a second rack sends every step's traffic over the spine, which can make it slower
+    than before it grew: a locality-aware scaler passes `new_racks=False`.
     """
     wd = np.asarray(spec.worker_demand)
     fits = fit_count(free, wd)
@@ -61,6 +65,8 @@ def grow_order(cluster: Cluster, free: np.ndarray, spec: JobSpec, alloc: Allocat
         tier = 0 if p > 0 else 1 if w > 0 else 2 if int(cluster.rack[n]) in racks else 3
         return (tier, -int(fits[n]), int(n))
 
+    if not new_racks and racks:
+        cand = cand[np.isin(cluster.rack[cand], list(racks))]
     return sorted((int(n) for n in cand), key=key)
 
 

@@ -29,8 +29,10 @@ def scale_down_until(
     free: np.ndarray,
     fits: Callable[[np.ndarray], bool],
     order: Callable[[Allocation], list[int]] = shrink_order,
+    floor: Callable[[JobState], int] | None = None,
 ) -> dict[str, Allocation] | None:
-    """Remove workers one at a time (never below a job's minimum, never a PS) until `fits(free)`.
+    """Remove workers one at a time (never below `floor(job)`, a job's minimum by default, never a
+    PS) until `fits(free)`.
 
     Jobs are visited in the given order and, within a job, its nodes in `order` (loneliest worker
     first by default). Returns the shrunk allocations, or None — and nothing changed — when even
@@ -44,8 +46,9 @@ def scale_down_until(
     for job in jobs:
         alloc = changed.get(job.job_id, allocs[job.job_id])
         wd = np.asarray(job.spec.worker_demand)
+        low = job.spec.min_workers if floor is None else floor(job)
         for node in order(alloc):
-            while alloc.num_workers > job.spec.min_workers and alloc.as_dict().get(node, (0, 0))[0] > 0:
+            while alloc.num_workers > low and alloc.as_dict().get(node, (0, 0))[0] > 0:
                 alloc = with_worker(alloc, node, -1)
                 trial[node] += wd
                 changed[job.job_id] = alloc
@@ -65,8 +68,9 @@ def scale_up(
     """Give running jobs more workers, up to their maximum, while they fit; `free` is updated.
 
     With `local_first` each job grows on its own nodes first (`grow_order`), job by job in the
-    given order. Without it, DRAGON's released controller order is used: for each node in index
-    order, each job takes as many workers as fit there.
+    given order, and never into a rack it does not use yet (that would send its traffic over the
+    spine and can make it slower than before). Without it, DRAGON's released controller order is
+    used: for each node in index order, each job takes as many workers as fit there.
     """
     jobs = list(jobs)
     changed: dict[str, Allocation] = {}
@@ -87,7 +91,8 @@ def scale_up(
     if local_first:
         for job in jobs:
             while size(job) < job.spec.max_workers:
-                nodes = grow_order(cluster, free, job.spec, changed.get(job.job_id, allocs[job.job_id]))
+                nodes = grow_order(cluster, free, job.spec, changed.get(job.job_id, allocs[job.job_id]),
+                                   new_racks=False)
                 if not nodes:
                     break
                 add(job, nodes[0])
