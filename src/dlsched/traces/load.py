@@ -46,7 +46,7 @@ NEAR = 0.05
 @dataclass(frozen=True)
 class OfferedLoad:
     """The offered load of `jobs` on a cluster (see the module docstring); `load` is NaN when all
-    jobs arrive at once (no arrival window to spread the demand over)."""
+    jobs arrive at once (no arrival window to spread the demand over) or the cluster has no GPUs."""
 
     gpu_seconds: float  # GPU-time demanded by the counted jobs
     window_seconds: float  # last submit - first submit
@@ -64,6 +64,8 @@ class OfferedLoad:
         gpu_h = _amount(self.gpu_seconds / 3600)
         left = (f"; {self.left_out} job(s) left out: no duration and no throughput model rate at their size"
                 if self.left_out else "")
+        if self.cluster_gpus <= 0:
+            return f"offered load undefined: the cluster has no GPUs ({gpu_h} GPU-h demanded{left})"
         if math.isnan(self.load):
             return (f"offered load undefined: all {self.jobs + self.left_out} jobs arrive at the same time, so "
                     f"there is no arrival window ({gpu_h} GPU-h demanded on {self.cluster_gpus:,} GPUs{left})")
