@@ -13,7 +13,10 @@ from dlsched.paths import traces_dir
 from dlsched.presets import PRESET_DIR, PRESETS, load_cluster
 
 GPUS = {"dl2": 192, "dl2-large": 1000, "optimus": 12, "philly": 640, "itp": 768, "itp-small": 128,
-        "alibaba2023": 6212, "gavel": 108, "pollux": 64, "dragon": 32}
+        "alibaba2023": 6212, "gavel": 108, "pollux": 64, "dragon": 32,
+        # per-trace ITP presets, sized by benchmarks/size_itp_presets.py (tests/test_load.py checks their load)
+        "itp-cluster01": 64, "itp-cluster02": 112, "itp-cluster03": 176, "itp-cluster04": 616, "itp-cluster05": 16,
+        "itp-cluster09": 40, "itp-cluster10": 16}
 
 
 def test_every_preset_loads_with_its_gpu_count() -> None:

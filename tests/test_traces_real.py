@@ -56,7 +56,7 @@ def test_itp_raw_cluster04():
     p = T / "elasticflow-itp" / "raw" / "cluster04.csv"
     assert detect_format(p) == "itp"
     w = load_trace(p)
-    assert (w.name, w.cluster, len(w.jobs)) == ("itp-cluster04", "itp", 15_802)
+    assert (w.name, w.cluster, len(w.jobs)) == ("itp-cluster04", "itp-cluster04", 15_802)
     assert trace_info(w)["gpus_histogram"] == {"1": 11_924, "2": 125, "4": 532, "8": 2_779, "16": 182, "32": 254, "64": 6}
     first = w.jobs[0]
     assert (first.job_id, first.submit_time, first.duration, first.num_workers) == (

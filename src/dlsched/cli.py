@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -19,6 +19,9 @@ from dlsched.cli_live import register_live
 from dlsched.cli_train import train_app
 from dlsched.cli_support import console, err_console, friendly as _friendly
 from dlsched.core.errors import DlschedError
+
+if TYPE_CHECKING:
+    from dlsched.traces.load import Sizing
 
 app = typer.Typer(
     help="Schedule and autoscale distributed deep-learning training jobs: run scheduling policies "
@@ -48,6 +51,7 @@ def _run(
     output_format: str,
     traces: Optional[Path] = None,
     profiles: Optional[str] = None,
+    load: Optional[float] = None,
 ) -> None:
     from dlsched.experiment import run_policies
     from dlsched.metrics.report import write_report
@@ -59,6 +63,7 @@ def _run(
     from dlsched.run_config import load_run_config
     from dlsched.throughput.registry import default_throughput
     from dlsched.traces import default_workload, load_trace
+    from dlsched.traces.load import at_load
     from dlsched.traces.profiles import PROFILE_MODES
 
     if output_format not in ("table", "json"):
@@ -85,6 +90,8 @@ def _run(
             workload.jobs = workload.jobs[:limit]
     cluster = load_cluster(cluster_name or cfg.cluster or workload.cluster)
     throughput = default_throughput(root, duration_alpha=cfg.throughput.duration_alpha, dl2=cfg.throughput.dl2)
+    sizing = at_load(workload.jobs, cluster, cfg.load if load is None else load, throughput)
+    cluster = sizing.cluster
     out_dir = Path(out or cfg.out or "dlsched-report")
     utility_note = None
     driven = [n for n in names if n in UTILITY_DRIVEN]
@@ -108,6 +115,8 @@ def _run(
     if not quiet:
         console.print(f"[bold]workload[/] {workload.name}: {len(workload.jobs)} jobs from {workload.source}")
         console.print(f"[bold]cluster[/]  {cluster.describe()}")
+    _show_load(sizing, quiet)
+    if not quiet:
         console.print(f"[bold]policies[/] {', '.join(names)}")
         for note in workload.notes:
             console.print(f"[bold]data[/]     {note}", highlight=False)
@@ -139,7 +148,7 @@ def _run(
     results = comparison.results
     notes = [n for n in (workload.attribution, *workload.notes, oracle_note and f"Oracles: {oracle_note}.",
                          utility_note and f"Utility: {utility_note}.", describe_traces(root)) if n]
-    notes += [f"simulated in {r.wall_seconds:.1f} s wall time: {r.name}" for r in comparison.runs]
+    notes += sizing.notes() + [f"simulated in {r.wall_seconds:.1f} s wall time: {r.name}" for r in comparison.runs]
     index = write_report(
         results, out_dir, title=f"dlsched: {workload.name} on {cluster.name}", workload=f"{workload.name} "
         f"({len(workload.jobs)} jobs, {workload.source})", cluster_desc=cluster.describe(), notes=notes,
@@ -151,18 +160,31 @@ def _run(
     console.print(f"report: [bold]{index}[/] (plots, per-job CSV/Parquet, summary.csv)")
 
 
+def _show_load(sizing: "Sizing", quiet: bool) -> None:
+    """The offered load beside the cluster line, and the low-load warning (stderr only in JSON mode,
+    so stdout stays parseable)."""
+    if not quiet:
+        for line in sizing.notes(warning=False):
+            console.print(f"[bold]load[/]     {line}", highlight=False, soft_wrap=True)
+    if sizing.warning:
+        (err_console if quiet else console).print(f"[bold yellow]warning:[/] {sizing.warning}", highlight=False, soft_wrap=True)
+
+
 _TRACE = typer.Option(None, "--trace", "-t", help="Trace file (Philly, ITP, Alibaba 2023, Gavel, Pollux, DL2 CSV or dlsched CSV). Default: the embedded ITP slice.")
 _TRACE_FORMAT = typer.Option(None, "--trace-format", help="Trace format when it cannot be detected (see `dlsched trace formats`).")
 _CLUSTER = typer.Option(None, "--cluster", "-c", help="Cluster preset name or YAML file (see `dlsched presets`). Default: the trace's own preset.")
 _OUT = typer.Option(None, "--out", "-o", help="Report folder (default: dlsched-report).")
 _SEED = typer.Option(None, "--seed", help="Seed for the engine and policies (default 0).")
-_CONFIG = typer.Option(None, "--config", help="YAML run config (trace, cluster, policies, sim, policy_options, throughput).")
+_CONFIG = typer.Option(None, "--config", help="YAML run config (trace, cluster, load, policies, sim, policy_options, throughput).")
 _LIMIT = typer.Option(None, "--limit", help="Use only the first N jobs of the trace.")
 _ELASTIC = typer.Option(None, "--elastic/--rigid", help="Default: jobs on measured curves are elastic (1 GPU up to where their curve stops improving), "
                         "duration-only jobs rigid. --elastic: every job elastic (duration-only ones 1..2x requested); --rigid: every job at its requested size.")
 _PROFILES = typer.Option(None, "--profiles", help="Measured job behaviour: 'auto' (default: jobs whose trace names a measured model run on its "
                          "ElasticFlow curve, e.g. the ITP deadline traces), 'draw' (also give every duration-only job a measured curve "
                          "that fits its size, drawn with --seed and recorded in jobs.csv), 'off' (duration-only, the old baseline).")
+_LOAD = typer.Option(None, "--load", help="Size the cluster to this offered load (GPU-time the jobs demand / GPU-time the "
+                     "cluster has while they arrive), from whole nodes of the chosen cluster's node shapes, e.g. 0.8. "
+                     "Every run prints its offered load; below 0.3 policies barely differ.")
 _FORMAT = typer.Option("table", "--format", "-f", help="'table' (console table + report) or 'json' (summary rows on stdout, for scripts).")
 _TRACES = typer.Option(None, "--traces", help="Shared traces folder (measured throughput tables, DL2 constants, Pollux profiles). "
                        "Default: $DLSCHED_TRACES, else ../shared/traces beside the source checkout; never the working directory.")
@@ -183,9 +205,10 @@ def simulate(
     output_format: str = _FORMAT,
     traces: Optional[Path] = _TRACES,
     profiles: Optional[str] = _PROFILES,
+    load: Optional[float] = _LOAD,
 ) -> None:
     """Simulate policies on a workload (default: the baselines and the published systems on the embedded ITP slice) and write a report."""
-    _run(trace, trace_format, cluster, policies, out, seed, config, limit, elastic, output_format, traces, profiles)
+    _run(trace, trace_format, cluster, policies, out, seed, config, limit, elastic, output_format, traces, profiles, load)
 
 
 @app.command()
@@ -203,9 +226,10 @@ def compare(
     output_format: str = _FORMAT,
     traces: Optional[Path] = _TRACES,
     profiles: Optional[str] = _PROFILES,
+    load: Optional[float] = _LOAD,
 ) -> None:
     """Run several policies on one trace: prints the comparison and writes the report folder."""
-    _run(trace, trace_format, cluster, policies, out, seed, config, limit, elastic, output_format, traces, profiles)
+    _run(trace, trace_format, cluster, policies, out, seed, config, limit, elastic, output_format, traces, profiles, load)
 
 
 # --------------------------------------------------------------------------- listings

@@ -29,6 +29,8 @@ class RunConfig(BaseModel):
     cluster: str | None = None
     policies: list[str] | None = None
     limit: int | None = Field(None, gt=0)
+    load: float | None = Field(None, gt=0, allow_inf_nan=False,
+                               description="size the cluster from its node shapes to this offered load")
     elastic: bool | None = Field(None, description="None: jobs on measured curves elastic, others rigid")
     profiles: str = Field("auto", pattern="^(auto|draw|off)$", description="measured curves: auto, draw or off")
     out: str | None = None

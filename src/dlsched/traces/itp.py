@@ -9,6 +9,7 @@
   not into the throughput model. About half the generated deadlines are earlier than
   submission + duration, i.e. only reachable by scaling the job up; that is the data.
 - Workers: one per GPU, (1 GPU, 4 CPU, 16 GiB); `single` for 1 GPU, else `allreduce`.
+- Cluster: the file's own `itp-clusterNN` preset (sized to offered load ~0.8), else `itp`.
 - Filters (counted in `dropped`): zero-GPU rows, zero-duration rows.
 """
 
@@ -31,7 +32,7 @@ ATTRIBUTION = (
 
 def _read(path: Path, log: ProblemLog, *, elastic: bool, deadline: bool) -> Parsed:
     prefix = "itp-deadline" if deadline else "itp"
-    meta = dict(name=f"{prefix}-{path.stem}", cluster="itp", attribution=ATTRIBUTION)
+    meta = dict(name=f"{prefix}-{path.stem}", cluster=suggested_preset(path), attribution=ATTRIBUTION)
     required = ["job_id", "submission_time", "duration", "num_gpu"]
     if deadline:
         required += ["deadline"]
@@ -66,6 +67,15 @@ def _read(path: Path, log: ProblemLog, *, elastic: bool, deadline: bool) -> Pars
     dropz = (dur == 0) & ~drop0
     dropped = {"zero_gpus": int(drop0.sum()), "zero_duration": int(dropz.sum())}
     return Parsed(frame[~(drop0 | dropz)], dropped={k: v for k, v in dropped.items() if v}, **meta)
+
+
+def suggested_preset(path: Path) -> str:
+    """The cluster preset sized for this ITP cluster's trace (`itp-clusterNN`, offered load ~0.8
+    where whole nodes allow: see each preset's source), else the generic 768-GPU `itp`."""
+    from dlsched.presets import PRESETS
+
+    name = f"itp-{path.stem}"
+    return name if name in PRESETS else "itp"
 
 
 def _num(x: float) -> int | float | None:
