@@ -85,9 +85,7 @@ def _run(
         workload = load_trace(trace, trace_format or cfg.trace_format, limit=limit, elastic=elastic, seed=cfg.sim.seed,
                               traces=root, profiles=profiles)
     else:
-        workload = default_workload(measured=profiles != "off", elastic=elastic)
-        if limit:
-            workload.jobs = workload.jobs[:limit]
+        workload = default_workload(measured=profiles != "off", elastic=elastic, limit=limit)
     cluster = load_cluster(cluster_name or cfg.cluster or workload.cluster)
     throughput = default_throughput(root, duration_alpha=cfg.throughput.duration_alpha, dl2=cfg.throughput.dl2)
     sizing = at_load(workload.jobs, cluster, cfg.load if load is None else load, throughput)

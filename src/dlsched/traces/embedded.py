@@ -29,11 +29,11 @@ def data_path() -> Path:
     return Path(str(resources.files("dlsched") / "data" / DATA_FILE))
 
 
-def default_workload(*, measured: bool = True, elastic: bool | None = None) -> Workload:
+def default_workload(*, measured: bool = True, elastic: bool | None = None, limit: int | None = None) -> Workload:
     """The embedded ITP slice (no shared traces needed), first arrival at t = 0.
 
     `measured`: jobs on their measured curves with deadlines (`elastic` as in `load_trace`);
-    False: the raw trace's rigid duration-only jobs without deadlines.
+    False: the raw trace's rigid duration-only jobs without deadlines. `limit`: the first N jobs.
     """
     from dlsched.traces.registry import with_profiles
 
@@ -44,7 +44,7 @@ def default_workload(*, measured: bool = True, elastic: bool | None = None) -> W
     parsed = (itp.read_deadline if measured else itp.read)(path, log, elastic=bool(elastic))
     frame = finalize(parsed.frame, log) if parsed.frame is not None else None
     log.raise_if_any("embedded default workload is damaged")
-    frame = sort_and_limit(frame, None)
+    frame = sort_and_limit(frame, limit)
     t0 = float(frame["submit_time"].min())
     frame["submit_time"] = frame["submit_time"] - t0
     if measured:
