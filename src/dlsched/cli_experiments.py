@@ -224,7 +224,7 @@ def real_traces_experiment(
     traces: Optional[Path] = typer.Option(None, "--traces", help="Shared traces folder (default: $DLSCHED_TRACES, else ../shared/traces)."),
 ) -> None:
     """Run every policy on real traces whose jobs run on measured scaling curves (ITP deadline clusters
-    195job, cluster03 and cluster02; the first 5,000 Philly jobs with three seeded profile draws), each on a
+    195job, cluster03 and cluster02; the first 2,000 Philly jobs with three seeded profile draws), each on a
     cluster sized to offered load 0.8; write per-metric tables and plots with 95% bootstrap confidence
     intervals, and check the issue's claims (qos vs kube-default deadlines, dragon JCT, dl2 vs drf, oasis
     utility vs fifo). The full run takes hours on 2 cores; --quick takes a few minutes."""

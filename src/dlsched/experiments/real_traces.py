@@ -1,0 +1,294 @@
+"""Every published system against the baselines on real traces with measured job behaviour.
+
+Why: the papers each evaluated on their own setup; a user wants to know which system wins on
+a real trace that none of them tuned for. Each workload here is a real trace whose jobs run on
+measured scaling curves (`traces.profiles`: the ITP deadline traces name their models; Philly jobs
+draw a curve that fits their size, seeded, several draws), on a cluster sized so the trace offers
+load 0.8 (`traces.load.cluster_for_load`; at 11% load every policy ties).
+
+Every policy of a workload sees the same jobs, cluster, throughput model and seed, and is scored on
+the same utilities (the duration-derived default, since the traces give none: OASiS needs one).
+Policies that plan from a job's true work (srtf, oasis) run as oracles and are marked.
+
+Confidence intervals are 95% bootstrap intervals over jobs (scipy.stats.bootstrap, percentile
+method, the draws of a workload pooled): how much a figure would move with another sample of jobs
+like these. A ratio to a reference policy is paired by job (the same jobs finished under both).
+The issue's claims are checked on every workload and reported as measured, whatever they are.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from scipy import stats
+
+from dlsched.core.errors import ConfigError
+from dlsched.core.utility import with_default_utilities
+from dlsched.policies.registry import DEFAULT_POLICIES, UTILITY_DRIVEN, make_policy
+from dlsched.presets import load_cluster
+from dlsched.sim.config import SimConfig
+from dlsched.sim.engine import simulate
+from dlsched.throughput.registry import default_throughput
+from dlsched.traces import load_trace
+from dlsched.traces.load import cluster_for_load, offered_load
+
+LOAD = 0.8
+POLICIES: tuple[str, ...] = (*DEFAULT_POLICIES, "kube-autoscale", "edf")
+ORACLES = frozenset({"oasis"}) | UTILITY_DRIVEN  # srtf is an oracle by construction
+
+
+@dataclass(frozen=True)
+class TraceCase:
+    """One workload: a trace file under the traces root, its format, job limit, profile mode and
+    the preset whose node shape the load-sized cluster is built from."""
+
+    path: str
+    fmt: str
+    limit: int | None
+    profiles: str
+    base: str
+    seeds: int = 1  # profile draws; a trace that names its models has one
+
+
+CASES: dict[str, TraceCase] = {
+    "itp-195job": TraceCase("elasticflow-itp/elasticflow/195job.csv", "itp-deadline", None, "auto", "itp"),
+    "itp-cluster03": TraceCase("elasticflow-itp/elasticflow/cluster03.csv", "itp-deadline", None, "auto", "itp"),
+    "itp-cluster02": TraceCase("elasticflow-itp/elasticflow/cluster02.csv", "itp-deadline", None, "auto", "itp"),
+    "philly-2k": TraceCase("philly-pollux/philly.csv", "philly", 2000, "draw", "philly", seeds=3),
+}
+QUICK_CASES: dict[str, TraceCase] = {
+    "itp-195job": CASES["itp-195job"],
+    "philly-300": TraceCase("philly-pollux/philly.csv", "philly", 300, "draw", "philly", seeds=2),
+}
+
+#: metric -> (label, better is "lower"/"higher")
+METRICS: dict[str, tuple[str, str]] = {
+    "mean_jct_h": ("mean JCT (h)", "lower"),
+    "p95_jct_h": ("p95 JCT (h)", "lower"),
+    "deadline_met": ("deadlines met (%)", "higher"),
+    "utility": ("total utility", "higher"),
+    "gpu_hours": ("GPU-hours used", "lower"),
+}
+#: The issue's claims: (policy, metric, reference, relation, bound).
+CLAIMS = [
+    ("qos", "deadline_met", "kube-default", "diff >=", 26.0),
+    ("qos", "deadline_met", "kube-autoscale", "diff >", 0.0),
+    ("dragon", "mean_jct_h", "kube-default", "ratio <=", 0.5),
+    ("dl2", "mean_jct_h", "drf", "ratio <=", 1.0),
+    ("oasis", "utility", "fifo", "ratio >=", 1.0),
+]
+
+
+def _job_table(result) -> pd.DataFrame:
+    j = result.jobs
+    return pd.DataFrame({
+        "job_id": j["job_id"], "done": j["status"] == "done", "jct_h": j["jct"] / 3600.0,
+        "has_deadline": j["deadline"].notna(), "met": j["deadline_met"].fillna(False).astype(bool),
+        "utility": j["utility"].fillna(0.0), "gpu_h": j["gpu_seconds"] / 3600.0,
+    })
+
+
+def _metric(t: pd.DataFrame, name: str) -> float:
+    done = t[t["done"]]
+    if name == "mean_jct_h":
+        return float(done["jct_h"].mean()) if len(done) else float("nan")
+    if name == "p95_jct_h":
+        return float(np.percentile(done["jct_h"], 95)) if len(done) else float("nan")
+    if name == "deadline_met":
+        d = t[t["has_deadline"]]
+        return 100.0 * float(d["met"].mean()) if len(d) else float("nan")
+    if name == "utility":
+        return float(t["utility"].sum())
+    if name == "gpu_hours":
+        return float(t["gpu_h"].sum())
+    raise ConfigError(f"unknown metric {name!r}")
+
+
+def _values(t: pd.DataFrame, name: str) -> tuple[np.ndarray, Callable[[np.ndarray], float]]:
+    """The per-job sample a metric is a statistic of, and that statistic (for the bootstrap)."""
+    if name in ("mean_jct_h", "p95_jct_h"):
+        x = t.loc[t["done"], "jct_h"].to_numpy()
+        return x, (np.mean if name == "mean_jct_h" else lambda a, axis=-1: np.percentile(a, 95, axis=axis))
+    if name == "deadline_met":
+        return 100.0 * t.loc[t["has_deadline"], "met"].to_numpy(float), np.mean
+    col = "utility" if name == "utility" else "gpu_h"
+    return t[col].to_numpy(float), np.sum
+
+
+def bootstrap_ci(x: np.ndarray, statistic, seed: int = 0) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of `statistic` over the sample `x` (NaNs when too small)."""
+    if len(x) < 3 or np.all(x == x[0]):
+        v = float(statistic(x)) if len(x) else float("nan")
+        return (v, v)
+    res = stats.bootstrap((x,), statistic, n_resamples=1000, method="percentile", vectorized=True,
+                          random_state=np.random.default_rng(seed))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def paired_ci(t: pd.DataFrame, ref: pd.DataFrame, name: str, how: str, seed: int = 0) -> tuple[float, float, float]:
+    """A policy's metric against a reference's, paired by job: (value, low, high), where value is
+    the ratio (how='ratio') or the difference (how='diff') of the two."""
+    m = t.merge(ref, on=["run", "job_id"], suffixes=("", "_ref"))
+    if name in ("mean_jct_h", "p95_jct_h"):
+        m = m[m["done"] & m["done_ref"]]
+        a, b = m["jct_h"].to_numpy(), m["jct_h_ref"].to_numpy()
+        f = np.mean if name == "mean_jct_h" else (lambda v, axis=-1: np.percentile(v, 95, axis=axis))
+    elif name == "deadline_met":
+        m = m[m["has_deadline"]]
+        a, b, f = 100.0 * m["met"].to_numpy(float), 100.0 * m["met_ref"].to_numpy(float), np.mean
+    else:
+        col = "utility" if name == "utility" else "gpu_h"
+        a, b, f = m[col].to_numpy(float), m[f"{col}_ref"].to_numpy(float), np.sum
+    if len(a) < 3:
+        return (float("nan"),) * 3
+
+    def stat(x, y, axis=-1):
+        return f(x, axis=axis) / f(y, axis=axis) if how == "ratio" else f(x, axis=axis) - f(y, axis=axis)
+
+    value = float(stat(a, b))
+    if np.array_equal(a, b):
+        return value, value, value
+    res = stats.bootstrap((a, b), stat, paired=True, n_resamples=1000, method="percentile", vectorized=True,
+                          random_state=np.random.default_rng(seed))
+    return value, float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def load_case(name: str, case: TraceCase, root: Path, seed: int):
+    """The jobs (with default utilities), the load-sized cluster and the offered load of one draw."""
+    path = root / case.path
+    if not path.exists():
+        raise ConfigError(f"{name}: {path} not found (the real-traces experiment needs the shared traces)")
+    w = load_trace(path, case.fmt, limit=case.limit, seed=seed, traces=root, profiles=case.profiles)
+    jobs, _ = with_default_utilities(w.jobs)
+    throughput = default_throughput(root)
+    cluster = cluster_for_load(jobs, load_cluster(case.base), LOAD, throughput)
+    return jobs, cluster, throughput, offered_load(jobs, cluster, throughput), w.notes
+
+
+def run(out: Path, root: Path, *, cases: dict[str, TraceCase] | None = None, policies: tuple[str, ...] = POLICIES,
+        step: Callable[[str], None] | None = None) -> pd.DataFrame:
+    """Run every (case, draw, policy) cell not already in `out/cells/`, then write the tables,
+    plots and RESULTS.md. Returns one row per cell. A killed run resumes where it stopped."""
+    cases = CASES if cases is None else cases
+    cells_dir = out / "cells"
+    cells_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for cname, case in cases.items():
+        for seed in range(case.seeds):
+            loaded = None
+            for p in policies:
+                f = cells_dir / f"{cname}__s{seed}__{p}.parquet"
+                meta_f = f.with_suffix(".json")
+                if not (f.exists() and meta_f.exists()):
+                    if loaded is None:
+                        loaded = load_case(cname, case, root, seed)
+                    jobs, cluster, throughput, ol, notes = loaded
+                    opts = {"oracle": True} if p in ORACLES else {}
+                    t0 = time.perf_counter()
+                    r = simulate(jobs, cluster, make_policy(p, **opts), throughput, SimConfig(seed=seed))
+                    wall = time.perf_counter() - t0
+                    _job_table(r).to_parquet(f)
+                    meta_f.write_text(json.dumps({
+                        "case": cname, "seed": seed, "policy": p, "wall_s": wall, "oracle": bool(r.summary["oracle"]),
+                        "cluster": cluster.describe(), "gpus": cluster.total_gpus, "offered_load": ol.load,
+                        "jobs": len(jobs), "finished": r.summary["finished"], "rejected": r.summary["rejected"],
+                        "notes": notes}))
+                meta = json.loads(meta_f.read_text())
+                t = pd.read_parquet(f)
+                rows.append({**{k: meta[k] for k in ("case", "seed", "policy", "wall_s", "oracle", "gpus",
+                                                    "offered_load", "jobs", "finished", "rejected")},
+                             **{m: _metric(t, m) for m in METRICS}})
+                if step is not None:
+                    step(f"{cname} s{seed} {p}")
+    runs = pd.DataFrame(rows)
+    write_results(out, runs, cases, policies)
+    return runs
+
+
+def _tables(out: Path, cases: dict[str, TraceCase], policies) -> dict[str, pd.DataFrame]:
+    """Per case, every cell's job table (draws stacked, with a `run` column)."""
+    cells_dir = out / "cells"
+    got: dict[str, pd.DataFrame] = {}
+    for cname, case in cases.items():
+        for p in policies:
+            parts = [pd.read_parquet(cells_dir / f"{cname}__s{s}__{p}.parquet").assign(run=s) for s in range(case.seeds)]
+            got[f"{cname}/{p}"] = pd.concat(parts, ignore_index=True)
+    return got
+
+
+def summarize(out: Path, cases: dict[str, TraceCase], policies) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per case, policy and metric: value and 95% CI; the claims table)."""
+    tables = _tables(out, cases, policies)
+    rows = []
+    for cname in cases:
+        for p in policies:
+            t = tables[f"{cname}/{p}"]
+            for m in METRICS:
+                x, f = _values(t, m)
+                lo, hi = bootstrap_ci(x, f)
+                rows.append({"case": cname, "policy": p, "metric": m, "value": _metric(t, m), "low": lo, "high": hi})
+    claims = []
+    for cname in cases:
+        for p, m, ref, rel, bound in CLAIMS:
+            if p not in policies or ref not in policies:
+                continue
+            how, op = rel.split()
+            v, lo, hi = paired_ci(tables[f"{cname}/{p}"], tables[f"{cname}/{ref}"], m, how)
+            ok = None if v != v else {">=": v >= bound, ">": v > bound, "<=": v <= bound}[op]  # NaN: not defined here
+            claims.append({"case": cname, "claim": f"{p} vs {ref}: {METRICS[m][0]} {how} {op} {bound:g}",
+                           "measured": v, "low": lo, "high": hi, "holds": "n/a" if ok is None else str(ok)})
+    return pd.DataFrame(rows), pd.DataFrame(claims)
+
+
+def _plot(summary: pd.DataFrame, metric: str, path: Path) -> None:
+    d = summary[summary["metric"] == metric]
+    cases, pols = list(dict.fromkeys(d["case"])), list(dict.fromkeys(d["policy"]))
+    fig = Figure(figsize=(max(8, 1.4 * len(cases) * len(pols) / 4), 4.5))
+    ax = fig.subplots()
+    width = 0.8 / len(pols)
+    for i, p in enumerate(pols):
+        dp = d[d["policy"] == p].set_index("case").reindex(cases)
+        x = np.arange(len(cases)) + i * width
+        err = np.vstack([dp["value"] - dp["low"], dp["high"] - dp["value"]]).clip(min=0)
+        ax.bar(x, dp["value"], width, yerr=err, capsize=2, label=p)
+    ax.set_xticks(np.arange(len(cases)) + 0.4 - width / 2, cases)
+    ax.set_ylabel(METRICS[metric][0])
+    ax.set_title(f"{METRICS[metric][0]} ({METRICS[metric][1]} is better), 95% bootstrap CI, load {LOAD}")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def write_results(out: Path, runs: pd.DataFrame, cases: dict[str, TraceCase], policies) -> None:
+    summary, claims = summarize(out, cases, policies)
+    runs.to_csv(out / "runs.csv", index=False)
+    summary.to_csv(out / "summary.csv", index=False)
+    claims.to_csv(out / "claims.csv", index=False)
+    lines = ["# Real traces at load 0.8, measured job behaviour", "",
+             "Written by `dlsched experiment real-traces`; every figure below comes from the runs in `cells/`.", ""]
+    setup = runs.groupby("case").agg(jobs=("jobs", "first"), gpus=("gpus", "first"),
+                                     offered_load=("offered_load", "mean"), draws=("seed", "nunique")).reset_index()
+    lines += ["## Setup", "", _md(setup, "{:.3g}"), ""]
+    for m, (label, better) in METRICS.items():
+        d = summary[summary["metric"] == m]
+        wide = d.assign(cell=[f"{v:.4g} [{lo:.4g}, {hi:.4g}]" for v, lo, hi in zip(d["value"], d["low"], d["high"])])
+        table = wide.pivot(index="policy", columns="case", values="cell").reindex(list(policies)).reset_index()
+        lines += [f"## {label} ({better} is better)", "", _md(table), "", f"![{label}]({m}.png)", ""]
+        _plot(summary, m, out / f"{m}.png")
+    lines += ["## The issue's claims (paired by job, 95% bootstrap CI)", "", _md(claims, "{:.3g}"), ""]
+    wall = runs.groupby("policy")["wall_s"].sum().reindex(list(policies)).round(1).reset_index()
+    lines += ["## Wall time per policy, all cells (s)", "", _md(wall), ""]
+    (out / "RESULTS.md").write_text("\n".join(lines))
+
+
+def _md(df: pd.DataFrame, fmt: str = "{}") -> str:
+    from dlsched.metrics.table import markdown_table
+
+    return markdown_table(df, lambda v: fmt.format(v) if isinstance(v, float) else str(v))
