@@ -110,7 +110,9 @@ def test_committed_schedules_never_exceed_capacity_and_run_as_committed(shared):
 def _trace_jobs(declared: bool) -> list[JobSpec]:
     return [
         JobSpec(job_id=f"t{i}", submit_time=i * 100.0, iterations=d, duration=d, num_workers=w, work_known=declared)
-        for i, (d, w) in enumerate([(500.0, 2), (7000.0, 4), (300.0, 8), (100.0, 1)])
+        # durations of a slot or more: a 100 s job cannot be worth anything by the end of a 1 h slot
+        # (target 2x its duration), and OASiS rejects a job worth < l_min_fraction of its peak
+        for i, (d, w) in enumerate([(5000.0, 2), (7000.0, 4), (4000.0, 8), (9000.0, 1)])
     ]
 
 

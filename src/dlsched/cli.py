@@ -110,6 +110,15 @@ def _run(
                        "each job from its work up front (as their paper assumes users declare it), so they run "
                        "as oracles on the true work, marked (oracle); pass oracle: false under policy_options "
                        "to have them reject such jobs instead")
+    slot_note = None
+    if "oasis" in names and not {"slot_seconds", "horizon"} & set(options.get("oasis", {})):
+        from dlsched.policies.oasis_jobs import HORIZON_FACTOR, SLOT_DIVISOR, workload_slots
+
+        slot, horizon = workload_slots(workload.jobs)
+        options.setdefault("oasis", {}).update(slot_seconds=slot, horizon=horizon)
+        slot_note = (f"oasis plans in {slot:g} s slots over a {horizon}-slot horizon, chosen from the jobs' "
+                     f"durations (1/{SLOT_DIVISOR:g} of the 10th percentile; {HORIZON_FACTOR:g}x the longest job); "
+                     "set slot_seconds/horizon under policy_options to override")
     if not quiet:
         console.print(f"[bold]workload[/] {workload.name}: {len(workload.jobs)} jobs from {workload.source}")
         console.print(f"[bold]cluster[/]  {cluster.describe()}")
@@ -122,6 +131,8 @@ def _run(
             console.print(f"[bold]utility[/]  {utility_note}")
         if oracle_note:
             console.print(f"[bold]oracle[/]   {oracle_note}")
+        if slot_note:
+            console.print(f"[bold]slots[/]    {slot_note}")
 
     total = len(workload.jobs)
     with Progress(
@@ -145,7 +156,7 @@ def _run(
 
     results = comparison.results
     notes = [n for n in (workload.attribution, *workload.notes, oracle_note and f"Oracles: {oracle_note}.",
-                         utility_note and f"Utility: {utility_note}.", describe_traces(root)) if n]
+                         utility_note and f"Utility: {utility_note}.", slot_note and f"Slots: {slot_note}.", describe_traces(root)) if n]
     notes += sizing.notes() + [f"simulated in {r.wall_seconds:.1f} s wall time: {r.name}" for r in comparison.runs]
     index = write_report(
         results, out_dir, title=f"dlsched: {workload.name} on {cluster.name}", workload=f"{workload.name} "

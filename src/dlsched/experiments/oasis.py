@@ -195,6 +195,7 @@ def run_experiment(out: Path, job_counts, seeds, fig4_seeds=None, step: Progress
 def run_trace(trace: str, limit: int | None, policies, out: Path, seed: int = 0, step: Progress | None = None) -> pd.DataFrame:
     """Policies on a real trace; every job gets the `from_duration` default utility so total utility is comparable."""
     from dlsched.paths import traces_dir
+    from dlsched.policies.oasis_jobs import workload_slots
     from dlsched.presets import load_cluster
     from dlsched.throughput.registry import default_throughput
     from dlsched.traces import load_trace
@@ -205,8 +206,12 @@ def run_trace(trace: str, limit: int | None, policies, out: Path, seed: int = 0,
     tp = default_throughput(traces_dir())
     rows = []
     undeclared = any(not j.work_known for j in jobs)
+    slot, horizon = workload_slots(jobs)  # OASiS' slots from the trace's durations, as `dlsched compare` does
     for name in policies:  # utility-driven policies plan from the work: an oracle when jobs declare none
-        pol = make_policy(name, oracle=True) if name in UTILITY_DRIVEN and undeclared else make_policy(name)
+        opts = dict(slot_seconds=slot, horizon=horizon) if name == "oasis" else {}
+        if name in UTILITY_DRIVEN and undeclared:
+            opts["oracle"] = True
+        pol = make_policy(name, **opts)
         t0 = time.perf_counter()
         res = simulate(jobs, cluster, pol, tp, SimConfig(seed=seed))
         s = res.summary

@@ -19,9 +19,13 @@ role (p with U1, L1 for workers; q with U2, L2 for PSs), both priced on the node
 `"auto"`: split when the cluster has both kinds of node.
 
 Jobs. `oasis:ps` jobs (see `throughput.oasis_model`) are planned with the paper's model: work
-units of data chunks, elastic worker count up to N, PSs to carry the workers' bandwidth. Any other
-job (real traces) is planned rigidly at its requested gang for ceil(duration / slot) slots; a job
+units of data chunks, elastic worker count up to N, PSs to carry the workers' bandwidth. An elastic
+job planned from the truth (an oracle: real traces on measured curves) is planned at the best of a
+few constant sizes, each with the slots its true speed needs there (`oasis_jobs.size_options`).
+Any other job is planned rigidly at its requested gang for ceil(duration / slot) slots. A job
 without a utility gets `core.utility.from_duration` (equal value per job, target 2x its duration).
+On a trace, `oasis_jobs.workload_slots` picks the slot length and horizon from the jobs'
+durations (`dlsched compare` applies it unless the run sets them).
 
 Known work. OASiS plans a job's whole schedule at its arrival, before it has run at all, so it
 needs the work up front: the paper assumes users declare it (epochs, and the job's profiled
@@ -37,34 +41,24 @@ commitment uses (best effort, never displacing a committed plan).
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
 from dlsched.core.allocation import Allocation
 from dlsched.core.cluster import GPU, Cluster
 from dlsched.core.errors import ConfigError
-from dlsched.core.job import Architecture, JobSpec
+from dlsched.core.job import JobSpec
 from dlsched.core.plan import Plan
 from dlsched.core.policy import Oracle, Policy
 from dlsched.core.snapshot import JobState, Snapshot
 from dlsched.core.utility import default_utility
 from dlsched.framework.packing import add_use
 from dlsched.policies.oasis_prices import JobTerms, OnlineConstants, PriceConstants, UsageTable, price
+from dlsched.policies.oasis_jobs import best_rigid_schedule, best_sized_schedule, profile, size_options
 from dlsched.policies.oasis_schedule import Market, Schedule, _fits, best_schedule
-from dlsched.throughput.oasis_model import MODEL_KEY, minibatch_seconds
-
-
-@dataclass(frozen=True)
-class Profile:
-    """How OASiS sees one job's work: tasks per slot for d work units, and the constants' terms."""
-
-    workers_for: np.ndarray  # (K+1,) -1 where impossible
-    ps_for: np.ndarray
-    fastest_slots: int
-    work_slots: float  # worker-slots
 
 
 def known_work(job: JobState, snap: Snapshot) -> float | None:
@@ -82,71 +76,6 @@ NO_KNOWN_WORK = "declares no work, and {name} needs it up front (the paper assum
 def job_utility(spec: JobSpec):
     """The job's utility, or the duration-derived default for trace jobs that declare none."""
     return spec.utility if spec.utility is not None else default_utility(spec)
-
-
-def profile(spec: JobSpec, slot: float, max_units: int, work: float | None = None) -> Profile:
-    """The paper's chunk model for `oasis:ps` jobs; a rigid gang for every other job.
-
-    `work` is the job's known total (`known_work`); a rigid job without a trace duration at its
-    requested size is a duration-only job, whose iterations are seconds at that size.
-    """
-    if spec.model == MODEL_KEY:
-        ex = spec.extra
-        t = minibatch_seconds(ex) / slot  # slots per mini-batch
-        E, N, M = int(ex["epochs"]), int(ex["chunks"]), int(ex["minibatches"])
-        chunks = E * N
-        g = math.ceil(chunks / max_units)
-        K = math.ceil(chunks / g)
-        d = np.arange(K + 1)
-        w = np.ceil(d * g * M * t - 1e-9).astype(np.int64)
-        ratio = float(ex["worker_gbps"]) / float(ex["ps_gbps"])
-        p = np.where(w > 0, np.maximum(1, np.ceil(w * ratio - 1e-9)), 0).astype(np.int64)
-        bad = (w > min(N, spec.max_workers)) | ((w > 0) & (w < spec.min_workers)) | (p > w) | (p > spec.max_ps)
-        w[bad] = -1
-        return Profile(w, p, max(1, math.ceil(E * M * t - 1e-9)), float(math.ceil(chunks * M * t - 1e-9)))
-    dur = spec.duration if spec.duration is not None else (work if spec.model == "duration-only" else None)
-    if dur is None:
-        raise ConfigError(
-            f"job {spec.job_id!r}: OASiS needs known work (an '{MODEL_KEY}' job or a trace duration), "
-            f"model {spec.model!r} has neither"
-        )
-    K = max(1, math.ceil(dur / slot - 1e-9))
-    w = np.full(K + 1, -1, dtype=np.int64)
-    p = np.zeros(K + 1, dtype=np.int64)
-    w[0], w[1] = 0, spec.num_workers
-    p[1] = spec.num_ps if spec.arch is Architecture.PS else 0
-    return Profile(w, p, K, float(K * spec.num_workers))
-
-
-def best_rigid_schedule(m: Market, utilities: np.ndarray, workers: int, ps: int, slots_needed: int) -> Schedule:
-    """Alg. 2's DP when a slot holds at most one unit (a rigid gang): the K cheapest slots up to t.
-
-    The general DP would be O(T K^2) with K up to hundreds of slots; here each completion slot's
-    best cost is the sum of the K cheapest feasible slots before it, which is the same optimum.
-    """
-    from dlsched.policies.oasis_schedule import place_plan, slot_costs
-
-    T = m.slots
-    costs = np.array([slot_costs(m, t, np.array([workers]), np.array([ps]))[0] for t in range(T)])
-    best_payoff, best_t, best_cost = -np.inf, -1, np.inf
-    for t in range(slots_needed - 1, T):
-        if best_t >= 0 and utilities[t] <= best_payoff:
-            break
-        window = costs[: t + 1]
-        if np.isfinite(window).sum() < slots_needed or not np.isfinite(costs[t]):
-            continue  # completion in t means the job runs in t
-        cheapest = np.sort(window[:t])[: slots_needed - 1]
-        c = costs[t] + cheapest.sum()
-        if np.isfinite(c) and utilities[t] - c > best_payoff:
-            best_payoff, best_t, best_cost = utilities[t] - c, t, c
-    units = np.zeros(T, dtype=np.int64)
-    if best_t < 0:
-        return Schedule(-np.inf, 0.0, np.inf, -1, units, [], [])
-    units[best_t] = 1
-    if slots_needed > 1:
-        units[np.argsort(costs[:best_t], kind="stable")[: slots_needed - 1]] = 1
-    xs, zs = place_plan(m, units, best_t, np.array([0, workers]), np.array([0, ps]))
-    return Schedule(float(best_payoff), float(utilities[best_t]), float(best_cost), best_t, units, xs, zs)
 
 
 class OASiS(Policy):
@@ -204,6 +133,8 @@ class OASiS(Policy):
         all_nodes = np.arange(cluster.num_nodes)
         self.wnodes = all_nodes[has_gpu] if split else all_nodes
         self.pnodes = all_nodes[~has_gpu] if split else all_nodes
+        rack = cluster.rack[self.wnodes]  # worker-server columns of each rack: gangs stay in one
+        self.racks = [np.flatnonzero(rack == r) for r in np.unique(rack)]
         self.table = UsageTable(cluster.num_nodes, cap.shape[1], slots=max(64, self.horizon))
         self.online = OnlineConstants(
             self.horizon, float(cap[self.wnodes].sum()), float(cap[self.pnodes].sum()), self.scale, self.l_min_fraction
@@ -211,6 +142,7 @@ class OASiS(Policy):
         self.origin: float | None = None
         self.plans: dict[str, dict[int, Allocation]] = {}
         self.last_slot: dict[str, int] = {}
+        self.starts: dict[str, list[int]] = {}  # each plan's slots, sorted (the next start by bisection)
         self.decided: set[str] = set()
         self.decisions: list[dict] = []
         self.demands: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -246,7 +178,21 @@ class OASiS(Policy):
             if slots is not None and s in slots:
                 plan.assign(jid, slots[s])
         self._best_effort(s, live, plan)
+        plan.wake_at = self._next_start(s, snap)
         return plan
+
+    def _next_start(self, s: int, snap: Snapshot) -> float | None:
+        """When the next committed slot of a waiting job begins. Why: the simulator skips idle time
+        to the next arrival when nothing runs, so a job planned to start in a later slot of an idle
+        cluster would otherwise wait for someone else's arrival (on 195job, a 1 h job planned for
+        slot 18 first ran in slot 47)."""
+        nxt = None
+        for j in snap.pending:
+            keys = self.starts.get(j.job_id)
+            i = bisect.bisect_right(keys, s) if keys is not None else 0
+            if keys is not None and i < len(keys) and (nxt is None or keys[i] < nxt):
+                nxt = keys[i]
+        return None if nxt is None else self.origin + nxt * self.slot
 
     def _release_finished(self, s: int, live: dict[str, JobState]) -> None:
         """A job that finished before its plan ended gives back its later slots (prices fall again).
@@ -257,6 +203,7 @@ class OASiS(Policy):
         """
         for jid in [j for j in self.demands if j not in live]:
             wd, pd_ = self.demands.pop(jid)
+            self.starts.pop(jid, None)
             for t, a in self.plans[jid].items():
                 if t > s:
                     nodes = list(a.nodes)
@@ -303,13 +250,16 @@ class OASiS(Policy):
         start = self._slot_start(max(snap.now, spec.submit_time))
         end = start + self.horizon if self.rolling else self.horizon
         f = job_utility(spec)
-        prof = profile(spec, self.slot, self.max_units, known_work(job, snap))
+        work = known_work(job, snap)
+        sizes = size_options(job, snap, self.slot, work)
+        prof = None if sizes else profile(spec, self.slot, self.max_units, work)
+        fastest = min(o.slots for o in sizes) if sizes else prof.fastest_slots
         wd, pd_ = np.asarray(spec.worker_demand), np.asarray(spec.ps_demand)
         end_time = self.origin + end * self.slot
         terms = JobTerms(
-            fastest_utility=f(prof.fastest_slots * self.slot),
+            fastest_utility=f(fastest * self.slot),
             horizon_utility=f(max(0.0, end_time - spec.submit_time)),
-            work=prof.work_slots,
+            work=min(o.workers * o.slots for o in sizes) if sizes else prof.work_slots,
             worker_demand=wd,
             ps_demand=pd_,
             peak_utility=f(0.0),
@@ -321,16 +271,24 @@ class OASiS(Policy):
             reason = f"OASiS: arrived at slot {start}, after the horizon T={end}"
             sched = None
         else:
-            m = self._market(spec, start, end, consts, wd, pd_)
             ends = self.origin + (start + np.arange(end - start) + 1) * self.slot - spec.submit_time
             utilities = f.many(ends) if hasattr(f, "many") else np.array([f(x) for x in ends])
-            if (prof.workers_for[2:] < 0).all() and prof.workers_for[1] >= 0 and len(prof.workers_for) > 2:
-                sched = best_rigid_schedule(m, utilities, int(prof.workers_for[1]), int(prof.ps_for[1]), len(prof.workers_for) - 1)
+            if self.rolling:  # look ahead only while the job is worth something (L's own cut-off)
+                end = start + self._useful_slots(utilities, terms.peak_utility)
+                utilities = utilities[: end - start]
+            m = self._market(spec, start, end, consts, wd, pd_)
+            if sizes:
+                sched = best_sized_schedule(m, utilities, sizes, self.racks)
+            elif (prof.workers_for[2:] < 0).all() and prof.workers_for[1] >= 0 and len(prof.workers_for) > 2:
+                sched = best_rigid_schedule(m, utilities, int(prof.workers_for[1]), int(prof.ps_for[1]), len(prof.workers_for) - 1,
+                                            self.racks)
             else:
                 sched = best_schedule(m, utilities, prof.workers_for, prof.ps_for)
             record.update(payoff=sched.payoff, utility=sched.utility, cost=sched.cost)
             if not sched.feasible:
                 reason = f"OASiS: no schedule fits before slot {end} (payoff -inf)"
+                if self.rolling and end < start + self.horizon:
+                    reason += f"; later it is worth < {self.l_min_fraction:g} of its peak utility"
             elif sched.payoff <= 0:
                 reason = (
                     f"OASiS: payoff {sched.payoff:.4g} <= 0 (best schedule: utility {sched.utility:.4g}, "
@@ -345,6 +303,16 @@ class OASiS(Policy):
             record.update(admitted=True, completion_slot=start + sched.last_slot)
         record["decision_seconds"] = time.perf_counter() - t0
         self.decisions.append(record)
+
+    def _useful_slots(self, utilities: np.ndarray, peak: float) -> int:
+        """Slots of a rolling window up to the last where the job is worth at least `l_min_fraction`
+        of its peak (at least one). Why: a completion worth less is what L's floor already leaves
+        out (`oasis_prices._lower`), and a long horizon for the longest jobs would otherwise price
+        thousands of worthless slots for every short one."""
+        if self.l_min_fraction <= 0:
+            return len(utilities)
+        worth = np.flatnonzero(utilities >= self.l_min_fraction * peak)
+        return int(worth[-1]) + 1 if len(worth) else 1
 
     def _market(self, spec: JobSpec, start: int, end: int, c: PriceConstants, wd: np.ndarray, pd_: np.ndarray) -> Market:
         cap = self.cluster.capacity
@@ -375,6 +343,7 @@ class OASiS(Policy):
             use = np.outer(alloc.workers, wd) + np.outer(alloc.ps, pd_)
             self.table.add(start + t, nodes, use)
         self.plans[spec.job_id] = slots
+        self.starts[spec.job_id] = sorted(slots)
         self.demands[spec.job_id] = (wd, pd_)
         self.last_slot[spec.job_id] = max(slots)
 

@@ -80,19 +80,30 @@ def _eta(terms: list[JobTerms], demand: str, horizon: int, total_capacity: float
     return 1.0 / min(ratios) if ratios and total_capacity > 0 else 1.0
 
 
+def _peak(t: JobTerms) -> float:
+    return t.peak_utility if t.peak_utility is not None else t.fastest_utility
+
+
 def _lower(terms: list[JobTerms], demand: str, eta: float, min_fraction: float = 0.0) -> float:
     """Eq. (25)/(26): (1/(4 eta)) min over jobs of f_i(T - a_i) / (ceil(work_i) sum_r d_i^r).
 
     `min_fraction` > 0 leaves out of the min the jobs whose utility at T is below that fraction of
     their peak utility f_i(0): a time-critical sigmoid is ~1e-300 at T, which would put L (the price of an
     idle cluster) at the float floor and let OASiS admit jobs worth 1e-100. 0 is the literal formula.
+    When no job's utility lasts to T (a rolling horizon set by the longest job, with utilities that
+    decay on each job's own duration: every ITP job with the default utility), each job counts as
+    worth `min_fraction` of its peak at T instead of leaving L at the floor: without that, prices
+    were ~1e-39 on the embedded ITP slice and admission and sizing ignored them.
     """
     usable = [t for t in terms if np.sum(getattr(t, demand)) > 0 and t.work > 0]
     kept = [
         t for t in usable
-        if t.horizon_utility > 0 and t.horizon_utility >= min_fraction * (t.peak_utility if t.peak_utility is not None else t.fastest_utility)
+        if t.horizon_utility > 0 and t.horizon_utility >= min_fraction * _peak(t)
     ]
-    vals = [t.horizon_utility / (t.work * float(np.sum(getattr(t, demand)))) for t in (kept or usable)]
+    if kept or min_fraction <= 0:
+        vals = [t.horizon_utility / (t.work * float(np.sum(getattr(t, demand)))) for t in (kept or usable)]
+    else:  # no job's utility lasts to T (a long rolling horizon): each counts as worth min_fraction of its peak there
+        vals = [min_fraction * _peak(t) / (t.work * float(np.sum(getattr(t, demand)))) for t in usable]
     if not vals:
         return L_FLOOR
     return max(L_FLOOR, min(vals) / (4.0 * eta))

@@ -1,0 +1,137 @@
+"""OASiS on real-trace jobs (issue 14): the slot/horizon rule, L when no utility lasts to T, the
+constant-size schedules from a job's true speed, gangs kept on one server, and a waiting plan
+that starts on time on an idle cluster."""
+
+import math
+
+import numpy as np
+import pytest
+
+from dlsched.core.cluster import Cluster
+from dlsched.core.job import JobSpec
+from dlsched.core.policy import Oracle
+from dlsched.core.utility import with_default_utilities
+from dlsched.policies.oasis import OASiS
+from dlsched.policies.oasis_jobs import (
+    best_rigid_schedule, candidate_sizes, rigid_costs, workload_slots,
+)
+from dlsched.policies.oasis_prices import L_FLOOR, JobTerms, constants_from
+from dlsched.policies.oasis_schedule import Market, slot_costs
+from dlsched.sim.config import SimConfig
+from dlsched.sim.engine import simulate
+from dlsched.throughput.duration_only import DurationOnly
+
+
+def _dur_jobs(durations):
+    return [JobSpec(f"j{i}", float(i), iterations=d, duration=d) for i, d in enumerate(durations)]
+
+
+def test_workload_slots_rule():
+    # 10th percentile of 20 jobs of 1000..20000 s is 2900 s; /8 = 362.5 s -> 6 whole minutes
+    jobs = _dur_jobs([1000.0 * k for k in range(1, 21)])
+    slot, horizon = workload_slots(jobs)
+    assert slot == 360.0
+    assert horizon == math.ceil(3 * 20000.0 / 360.0)
+    # clamped to [1 min, 1 h]
+    assert workload_slots(_dur_jobs([30.0, 40.0]))[0] == 60.0
+    assert workload_slots(_dur_jobs([1e6, 2e6]))[0] == 3600.0
+    # every job fits its horizon, whatever the spread of durations
+    s, h = workload_slots(_dur_jobs([100.0, 5e5]))
+    assert s * h >= 5e5
+
+
+def test_lower_bound_does_not_collapse_when_no_utility_lasts_to_the_horizon():
+    """A rolling horizon set by the longest job: every short job's f(T) is ~0. L then counts each
+    job as worth min_fraction of its peak at T instead of falling to the float floor."""
+    wd, pd_ = np.array([1.0, 4.0, 16.0]), np.zeros(3)
+    terms = [JobTerms(fastest_utility=1.0, horizon_utility=1e-40, work=w, worker_demand=wd, ps_demand=pd_, peak_utility=1.0)
+             for w in (4.0, 10.0)]
+    c = constants_from(terms, horizon=100, worker_capacity=1000.0, ps_capacity=1000.0, min_fraction=1e-3)
+    eta = 1.0 / (4.0 * 21.0 / (100 * 1000.0))
+    assert c.L1 == pytest.approx(1e-3 / (10.0 * 21.0) / (4 * eta))
+    assert c.L1 > 1e-20 and c.alpha < 50
+    literal = constants_from(terms, horizon=100, worker_capacity=1000.0, ps_capacity=1000.0, min_fraction=0.0)
+    assert literal.L1 == pytest.approx(max(L_FLOOR, 1e-40 / (10.0 * 21.0) / (4 * eta)))
+
+
+def _market(wprice, wcap):
+    wprice, wcap = np.asarray(wprice, float), np.asarray(wcap)
+    return Market(wprice, wcap, np.zeros((wprice.shape[0], 1)), np.full((wprice.shape[0], 1), 10**9))
+
+
+def test_vectorised_rigid_costs_match_slot_costs():
+    rng = np.random.default_rng(3)
+    m = _market(rng.uniform(0.1, 2.0, (12, 5)), rng.integers(0, 4, (12, 5)))
+    for w in (1, 3, 7, 30):
+        loop = np.array([slot_costs(m, t, np.array([w]), np.array([0]))[0] for t in range(m.slots)])
+        assert np.allclose(rigid_costs(m, w, 0), loop, equal_nan=True)
+        assert (np.isinf(rigid_costs(m, w, 0)) == np.isinf(loop)).all()
+
+
+def test_a_gang_that_fits_one_server_is_not_split():
+    """Two cheap servers with 2 free each and a dearer one with 4: the greedy of Theorem 1 splits a
+    4-worker gang over the cheap two; on measured curves that runs slower than planned."""
+    m = _market([[0.1, 0.1, 0.5]], [[2, 2, 4]])
+    s = best_rigid_schedule(m, np.array([1.0]), workers=4, ps=0, slots_needed=1)
+    assert s.feasible and np.count_nonzero(s.workers[0]) == 1 and s.workers[0][2] == 4
+    assert s.cost == pytest.approx(4 * 0.5)
+
+
+def test_elastic_sizes_never_exceed_the_request():
+    spec = JobSpec("e", 0.0, iterations=100.0, duration=100.0, num_workers=8, min_workers=1, max_workers=64)
+    assert candidate_sizes(spec) == [1, 2, 4, 8]
+    spec = JobSpec("e", 0.0, iterations=100.0, duration=100.0, num_workers=6, min_workers=3, max_workers=16)
+    assert candidate_sizes(spec) == [3, 4, 6]
+
+
+def test_oracle_plans_an_elastic_job_at_a_smaller_size_when_its_true_speed_allows():
+    """One 8-GPU node, 4 GPUs committed to a first job for 3 slots. A second job asks for 8 GPUs but
+    runs at 4 at 90% of its speed (a flat curve): planning it at 4 now finishes before waiting
+    for all 8; the rigid plan could not start until slot 3."""
+
+    class Flat(DurationOnly):
+        def rate(self, spec, alloc, cluster):
+            w = alloc.num_workers
+            return 0.0 if w == 0 else (1.0 if spec.job_id == "a" else min(1.0, 0.9 * w / 4 if w < 4 else 0.9 + 0.1 * (w - 4) / 4))
+
+    cluster = Cluster.homogeneous("c", nodes=1, gpus=8, cpus=64, mem=512)
+    a = JobSpec("a", 0.0, iterations=300.0, duration=300.0, num_workers=4)
+    b = JobSpec("b", 10.0, iterations=300.0, duration=300.0, num_workers=8, min_workers=1, max_workers=8)
+    jobs, _ = with_default_utilities([a, b])
+    pol = OASiS(slot_seconds=100.0, horizon=50)
+    res = simulate(jobs, cluster, Oracle(pol), Flat(), SimConfig(restart_overhead=0))
+    assert {a.num_workers for a in pol.plans["b"].values()} == {4}
+    assert min(pol.plans["b"]) == 1  # starts in the next slot, beside job a
+    assert res.jobs.set_index("job_id").loc["b", "status"] == "done"
+
+
+def test_a_plan_for_a_later_slot_starts_on_time_on_an_idle_cluster():
+    """The simulator skips idle time to the next arrival when nothing runs; OASiS asks to be woken
+    at the next committed start so a waiting plan is not delayed to someone else's arrival."""
+    cluster = Cluster.homogeneous("c", nodes=1, gpus=4, cpus=32, mem=128)
+    jobs = [JobSpec("a", 0.0, iterations=250.0, duration=250.0, num_workers=4, work_known=True),
+            JobSpec("b", 50.0, iterations=100.0, duration=100.0, num_workers=4, work_known=True),
+            JobSpec("c", 10000.0, iterations=100.0, duration=100.0, num_workers=1, work_known=True)]
+    jobs, _ = with_default_utilities(jobs)
+    pol = OASiS(slot_seconds=100.0, horizon=50)
+    res = simulate(jobs, cluster, pol, DurationOnly(), SimConfig(restart_overhead=0))
+    assert min(pol.plans["b"]) == 3  # after a's three slots
+    assert res.jobs.set_index("job_id").loc["b", "start"] == pytest.approx(300.0)
+
+
+def test_admitted_trace_jobs_on_measured_curves_finish_as_planned():
+    """The embedded ITP slice on measured curves (first 80 jobs, 10 s restarts): every admitted job
+    ends by the end of its planned completion slot, so its realised utility is at least the planned."""
+    from dlsched.presets import load_cluster
+    from dlsched.throughput.registry import default_throughput
+    from dlsched.traces import default_workload
+
+    jobs, _ = with_default_utilities(default_workload(measured=True).jobs[:80])
+    slot, horizon = workload_slots(jobs)
+    pol = OASiS(slot_seconds=slot, horizon=horizon)
+    res = simulate(jobs, load_cluster("itp-small"), Oracle(pol), default_throughput(None), SimConfig(restart_overhead=10))
+    rows = res.jobs.set_index("job_id")
+    admitted = [d for d in pol.decisions if d["admitted"]]
+    assert len(admitted) >= 70
+    late = [d["job_id"] for d in admitted if rows.loc[d["job_id"], "end"] > pol.origin + (d["completion_slot"] + 1) * slot + 1e-6]
+    assert not late
