@@ -31,6 +31,7 @@ from scipy import stats
 
 from dlsched.core.errors import ConfigError
 from dlsched.core.utility import with_default_utilities
+from dlsched.policies.oasis_jobs import workload_slots
 from dlsched.policies.registry import DEFAULT_POLICIES, UTILITY_DRIVEN, make_policy
 from dlsched.presets import load_cluster
 from dlsched.sim.config import SimConfig
@@ -191,6 +192,9 @@ def run(out: Path, root: Path, *, cases: dict[str, TraceCase] | None = None, pol
                         loaded = load_case(cname, case, root, seed)
                     jobs, cluster, throughput, ol, notes = loaded
                     opts = {"oracle": True} if p in ORACLES else {}
+                    if p == "oasis":  # its slot and horizon from the trace's durations, as `compare` does
+                        slot, horizon = workload_slots(jobs)
+                        opts.update(slot_seconds=slot, horizon=horizon)
                     t0 = time.perf_counter()
                     r = simulate(jobs, cluster, make_policy(p, **opts), throughput, SimConfig(seed=seed))
                     wall = time.perf_counter() - t0
