@@ -44,3 +44,15 @@ def test_profiles_off_and_rigid_change_the_workload(tmp_path):
 def test_bad_profiles_value_is_one_line():
     r = CliRunner().invoke(app, ["simulate", "--profiles", "measured", "-p", "fifo"])
     assert r.exit_code == 2 and "--profiles must be one of auto, draw, off" in r.output
+
+
+def test_json_stdout_stays_json_with_a_policy_that_runs_highs(tmp_path):
+    """Dorm's MILP solver printed its banner on stdout, before any JSON."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "dlsched.cli", "simulate", "-p", "dorm", "--limit", "20",
+                          "--format", "json", "--out", str(tmp_path / "r")], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)[0]["policy"].startswith("dorm")

@@ -25,6 +25,8 @@ task on the least-loaded node; a job that does not fit after all (fragmentation)
 from __future__ import annotations
 
 import math
+import os
+import sys
 
 import highspy
 import numpy as np
@@ -140,8 +142,7 @@ class Dorm(Policy):
         lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
         lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = A.indptr, A.indices, A.data
         lp.integrality_ = [highspy.HighsVarType.kInteger] * nv
-        h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
+        h = _quiet_highs()
         h.setOptionValue("time_limit", float(self.time_limit))
         h.setOptionValue("mip_rel_gap", 0.01)
         h.setOptionValue("threads", 1)
@@ -173,3 +174,19 @@ class Dorm(Policy):
 def dorm(theta: float = 0.5, kappa: float = 0.3, time_limit: float = 1.0, placement: str = "least-loaded") -> Dorm:
     """Dorm with fairness slack `theta`, resize budget `kappa` (share of running jobs) and MILP `time_limit` s."""
     return Dorm(theta, kappa, time_limit, placement)
+
+
+def _quiet_highs() -> highspy.Highs:
+    """A HiGHS instance whose banner goes to stderr: HiGHS prints it from the C++ constructor the
+    first time in a process, before any option can be set, and on stdout it broke
+    `dlsched simulate --format json` (stdout must stay JSON)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        h = highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    h.setOptionValue("output_flag", False)
+    return h
