@@ -129,6 +129,23 @@ def test_interval_policy_is_asked_on_slots(small_cluster):
     assert r.jobs.end[0] == pytest.approx(280.0)
 
 
+def test_a_job_waiting_for_a_slot_policy_starts_at_the_next_slot_while_others_keep_arriving(small_cluster):
+    # The system empties at 5; later arrivals come further apart than a slot. Skipping idle ticks to
+    # the next arrival would push j1's first slot past every later arrival (DL2 on ITP 195job: jobs
+    # waited 46 h for a 20-minute slot); a waiting job must get the next tick on the grid.
+    class Slotted(Policy):
+        name = "slotted"
+        on_events = False
+        interval = 100.0
+
+        def schedule(self, snap):
+            return Plan({j.job_id: Allocation.single_node(0, 1) for j in snap.jobs()})
+
+    jobs = [rigid_job(0, 0.0, 5.0), rigid_job(1, 120.0, 10.0), rigid_job(2, 250.0, 10.0), rigid_job(3, 380.0, 10.0)]
+    r = simulate(jobs, small_cluster, Slotted(), DurationOnly())
+    assert list(r.jobs.set_index("job_id").start) == [0.0, 200.0, 300.0, 400.0]
+
+
 def test_wake_at_is_honoured(small_cluster):
     class Late(Policy):
         name = "late"

@@ -158,6 +158,11 @@ def _run(
     notes = [n for n in (workload.attribution, *workload.notes, oracle_note and f"Oracles: {oracle_note}.",
                          utility_note and f"Utility: {utility_note}.", slot_note and f"Slots: {slot_note}.", describe_traces(root)) if n]
     notes += sizing.notes() + [f"simulated in {r.wall_seconds:.1f} s wall time: {r.name}" for r in comparison.runs]
+    said = [n for r in comparison.runs for n in r.notes]
+    notes += said
+    if not quiet:
+        for note in said:
+            console.print(f"[bold]policy[/]   {note}", highlight=False)
     index = write_report(
         results, out_dir, title=f"dlsched: {workload.name} on {cluster.name}", workload=f"{workload.name} "
         f"({len(workload.jobs)} jobs, {workload.source})", cluster_desc=cluster.describe(), notes=notes,

@@ -22,11 +22,12 @@ def train_dl2_cmd(
     resume: bool = typer.Option(False, "--resume", help="Continue from OUT/checkpoint.pt (same config required)."),
     rl_episodes: Optional[int] = typer.Option(None, "--rl-episodes", help="Override the config's RL episodes (0: warm-up only)."),
     warmup_traces: Optional[int] = typer.Option(None, "--warmup-traces", help="Override the teacher workloads recorded (0: no warm-up)."),
-    traces: Optional[Path] = typer.Option(None, "--traces", help="Shared traces folder (DL2's measured speeds). Default: "
+    traces: Optional[Path] = typer.Option(None, "--traces", help="Shared traces folder (DL2's measured speeds, the ITP deadline traces). Default: "
                                           "$DLSCHED_TRACES, else ../shared/traces beside the source checkout."),
 ) -> None:
     """Train DL2: supervised warm-up on a teacher's decisions (DRF by default), then actor-critic RL
-    with prioritised replay, validated on held-out DL2 workloads. Resumable; prints where the model is."""
+    with prioritised replay, validated on held-out workloads: DL2's (default) or, with `workloads: itp`
+    in the config, windows of the ITP deadline traces on measured curves. Resumable; prints where the model is."""
     from dlsched.policies.dl2 import DL2Policy
     from dlsched.policies.registry import make_policy
     from dlsched.rl.train_dl2 import DL2TrainConfig, train_dl2

@@ -20,6 +20,7 @@ class PolicyRun:
     name: str
     result: SimResult
     wall_seconds: float
+    notes: list[str] = field(default_factory=list)  # what the policy said about its run (e.g. DL2's model)
 
 
 @dataclass
@@ -50,5 +51,5 @@ def run_policies(
             cb = lambda t, ended, _n=name: on_progress(_n, t, ended)  # noqa: E731
         start = time.perf_counter()
         result = simulate(jobs, cluster, policy, throughput, config, on_progress=cb)
-        out.runs.append(PolicyRun(name, result, time.perf_counter() - start))
+        out.runs.append(PolicyRun(name, result, time.perf_counter() - start, list(getattr(policy, "notes", []))))
     return out

@@ -13,7 +13,7 @@ import pandas as pd
 
 from dlsched.core.policy import Named, Policy
 from dlsched.paths import traces_dir
-from dlsched.policies.dl2 import dl2
+from dlsched.policies.dl2 import SHIPPED_MODEL, dl2
 from dlsched.policies.registry import make_policy
 from dlsched.presets import load_cluster
 from dlsched.rl.train_dl2 import DL2TrainConfig
@@ -80,14 +80,19 @@ def run_dl2_experiment(
 
 
 def _real_trace(model: str | None, cfg: DL2TrainConfig, on_step) -> pd.DataFrame:
-    """The shipped/trained model, unchanged, on the embedded ITP slice (real jobs, unknown work),
-    made elastic (1..2× the requested GPUs, the traces' `--elastic` rule) so that sizing matters."""
+    """The model of the DL2 workloads above (default: DL2's shipped one), unchanged, on the embedded
+    ITP slice (real jobs, unknown work), made elastic (1..2× the requested GPUs, the traces'
+    `--elastic` rule) so that sizing matters; next to it `dl2-auto`, the model `dl2` picks for these
+    all-reduce jobs (the ITP-trained one)."""
     wl = default_workload(measured=False)
     jobs = [made_elastic(j) for j in wl.jobs]
     cluster, tp = load_cluster(wl.cluster), default_throughput(traces_dir())
     rows = []
-    for name in ("drf", "optimus", "tiresias", "dl2"):
-        policy = dl2(model, slot_seconds=cfg.slot_seconds) if name == "dl2" else make_policy(name)
+    for name in ("drf", "optimus", "tiresias", "dl2", "dl2-auto"):
+        if name.startswith("dl2"):
+            policy = dl2((model or str(SHIPPED_MODEL)) if name == "dl2" else None, slot_seconds=cfg.slot_seconds)
+        else:
+            policy = make_policy(name)
         s = simulate(jobs, cluster, policy, tp, SimConfig(restart_overhead=cfg.restart_overhead)).summary
         rows.append({"trace": wl.name + " (elastic)", "policy": name, "mean_jct_h": s["mean_jct"] / 3600, "makespan_h": s["makespan"] / 3600,
                      "finished": s["finished"], "jobs": s["jobs"]})
@@ -111,7 +116,7 @@ def _write(report: DL2Report, out: Path, traces: int) -> list[Path]:
     if report.trace is not None:
         files.append(out / "real_trace.csv")
         report.trace.to_csv(files[-1], index=False)
-        lines += ["", "## Real trace (the same model, unchanged)", "", "| trace | policy | mean JCT (h) | makespan (h) | finished |",
+        lines += ["", "## Real trace (the same model, unchanged; dl2-auto: the shipped model `dl2` picks for these jobs)", "", "| trace | policy | mean JCT (h) | makespan (h) | finished |",
                   "|---|---|---|---|---|"]
         for _, r in report.trace.iterrows():
             lines.append(f"| {r['trace']} | {r['policy']} | {r['mean_jct_h']:.2f} | {r['makespan_h']:.1f} | {r['finished']}/{r['jobs']} |")

@@ -105,14 +105,24 @@ class SlotBuilder:
         w, p = self._totals[job.job_id]
         return float(dominant_share(job.spec.demand(w, p), self.capacity_total))
 
-    def _node_for(self, spec: JobSpec, demand: np.ndarray) -> int:
-        return best_node(self.free, self.cluster.capacity, demand, least_loaded, eligible(self.cluster, spec))
+    def _node_for(self, spec: JobSpec, demand: np.ndarray, prefer: np.ndarray | None = None) -> int:
+        return best_node(self.free, self.cluster.capacity, demand, least_loaded, eligible(self.cluster, spec), prefer)
+
+    def _own_nodes(self, job: JobState) -> np.ndarray | None:
+        """Where an all-reduce job's next worker should go if it fits: the nodes it already has.
+        Its measured curve is packed, and a ring spread over more nodes than needed pays an
+        inter-node all-reduce per step; PS jobs keep DL2's plain least-loaded placement."""
+        if job.spec.arch is not Architecture.ALLREDUCE or not self.counts[job.job_id]:
+            return None
+        mine = np.zeros(len(self.free), dtype=bool)
+        mine[[n for n, (w, p) in self.counts[job.job_id].items() if w or p]] = True
+        return mine
 
     def _add(self, job: JobState, role: int) -> int:
         """Place one task on the least-loaded node that fits; returns the node, or -1."""
         spec = job.spec
         demand = np.asarray(spec.worker_demand if role == WORKER else spec.ps_demand, dtype=float)
-        node = self._node_for(spec, demand)
+        node = self._node_for(spec, demand, self._own_nodes(job))
         if node >= 0:
             self.free[node] -= demand
             self.counts[job.job_id].setdefault(node, [0, 0])[role] += 1

@@ -1,9 +1,10 @@
 """The DL2 training pipeline: supervised warm-up on a teacher's decisions, then actor-critic RL,
 validated on held-out workloads, checkpointed so an interrupted run resumes where it stopped.
 
-Workloads are DL2's Alibaba-pattern generator (`traces.dl2.dl2_workload`). Training, validation
-and the evaluation test set use disjoint seed ranges (`DL2TrainConfig.*_seeds`), so no evaluation
-workload is ever seen in training.
+Workloads are DL2's Alibaba-pattern generator (`traces.dl2.dl2_workload`) or, with `workloads: itp`,
+windows of the ITP deadline traces on measured curves (`rl.trace_workloads`). Training, validation
+and the evaluation test set use disjoint seed ranges (`DL2TrainConfig.*_seeds`) and, for ITP,
+disjoint trace files, so no evaluation workload is ever seen in training.
 
 The policies it runs come from its caller (`cli_train.py`): the teacher whose decisions the
 warm-up imitates, and the DL2 policy that wraps a network for validation. So `rl/` is a library
@@ -27,6 +28,7 @@ from dlsched.rl.actor_critic import RLConfig, RLHistory, train_rl
 from dlsched.rl.dl2_network import DL2Net
 from dlsched.rl.env import SchedulingEnv
 from dlsched.rl.model_io import save_model
+from dlsched.rl.trace_workloads import TraceWindows
 from dlsched.rl.warmup import collect, train_supervised
 from dlsched.sim.config import SimConfig
 from dlsched.sim.engine import simulate
@@ -44,6 +46,11 @@ class DL2TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    workloads: str = Field("dl2", pattern="^(dl2|itp)$", description="dl2: DL2's Alibaba-pattern generator; "
+                           "itp: windows of the ITP deadline traces on measured curves (`rl.trace_workloads`)")
+    itp_train: tuple[str, ...] = ("cluster01.csv", "cluster04.csv", "cluster05.csv")
+    itp_validation: tuple[str, ...] = ("cluster02.csv",)
+    itp_first_row: int = Field(600, ge=0, description="skip rows before it (cluster04's embedded slice is rows 201-500)")
     num_jobs: int = Field(60, ge=1, description="jobs per workload (DL2: 60)")
     max_arrivals_per_slot: int = Field(3, ge=1, description="DL2's arrival cap per slot")
     pattern: str = "ali"
@@ -70,8 +77,17 @@ class DL2TrainConfig(BaseModel):
     restart_overhead: float = Field(10.0, ge=0)
 
     def workload(self, seed: int):
+        """A DL2 workload (`workloads: dl2`); ITP windows come from `workload_source`."""
         return dl2_workload(self.num_jobs, self.max_arrivals_per_slot, seed, pattern=self.pattern,
                             slot_seconds=self.slot_seconds).jobs
+
+    def workload_source(self, split: str, traces: Path | None) -> Callable[[int], list]:
+        """seed -> jobs for `split` ("train" or "validation"): DL2's generator (its seed ranges keep
+        the splits apart), or windows of the split's own ITP trace files."""
+        if self.workloads == "dl2":
+            return self.workload
+        files = self.itp_train if split == "train" else self.itp_validation
+        return TraceWindows(traces, files, self.num_jobs, self.itp_first_row)
 
     def seeds(self, which: str, n: int) -> list[int]:
         lo, hi = getattr(self, f"{which}_seeds")
@@ -82,14 +98,15 @@ class DL2TrainConfig(BaseModel):
 
 def make_env(cfg: DL2TrainConfig, traces: Path | None) -> SchedulingEnv:
     """The training environment; `traces`: the traces root of the measured DL2 speeds (None: analytic)."""
-    return SchedulingEnv(cfg.workload, load_cluster(cfg.cluster), default_throughput(traces), window=cfg.window,
+    return SchedulingEnv(cfg.workload_source("train", traces), load_cluster(cfg.cluster), default_throughput(traces), window=cfg.window,
                          slot_seconds=cfg.slot_seconds, config=SimConfig(restart_overhead=cfg.restart_overhead))
 
 
 def validator(cfg: DL2TrainConfig, student: Student, traces: Path | None) -> Callable[[DL2Net], float]:
     cluster, tp = load_cluster(cfg.cluster), default_throughput(traces)
     sim_cfg = SimConfig(restart_overhead=cfg.restart_overhead)
-    workloads = [cfg.workload(s) for s in cfg.seeds("validation", cfg.validation_traces)]
+    source = cfg.workload_source("validation", traces)
+    workloads = [source(s) for s in cfg.seeds("validation", cfg.validation_traces)]
 
     def validate(net: DL2Net) -> float:
         jcts = [simulate(w, cluster, student(net, cfg.slot_seconds), tp, sim_cfg).summary["mean_jct"] for w in workloads]

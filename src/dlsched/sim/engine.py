@@ -129,8 +129,11 @@ class Simulator:
             self._record(t)
             if state.running or started:
                 idle_calls = 0
-            elif self._cursor < n:  # nothing runs: jump idle ticks to the next arrival
-                trig.skip_to(arrivals[self._cursor].spec.submit_time)
+            elif self._cursor < n:
+                # nothing runs: jump idle ticks to the next arrival, unless jobs wait for a policy
+                # asked only on its grid (DL2's slots): their next tick is when they can start
+                if trig.on_events or not state.pending:
+                    trig.skip_to(arrivals[self._cursor].spec.submit_time)
             elif state.pending:  # nothing runs or will arrive: only a policy timer can help, a few times
                 idle_calls += 1
                 if (trig.wake == math.inf and not trig.interval) or idle_calls > 100:

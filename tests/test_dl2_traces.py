@@ -1,0 +1,122 @@
+"""DL2 on trace jobs (issue 14): all-reduce placement in the slot builder, the model chosen for the
+workload's kind of job, and the ITP training windows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dlsched.core import Cluster, JobSpec
+from dlsched.core.snapshot import JobState
+from dlsched.framework.state import ClusterState
+from dlsched.rl.slot_builder import PS, WORKER, SlotBuilder
+from dlsched.sim.config import SimConfig
+from dlsched.sim.engine import simulate
+from dlsched.throughput.parameter_server import ParameterServerModel
+from tests.conftest import rigid_job
+
+SLOT = 600.0
+
+
+def _builder(specs: list[JobSpec], cluster: Cluster) -> SlotBuilder:
+    """A slot builder on a snapshot at t = 0 in which every job waits."""
+    from dlsched.core.snapshot import Clock
+
+    clock = Clock(0.0)
+    state = ClusterState(cluster, clock, 0.0, 0.0)
+    for i, spec in enumerate(specs):
+        job = JobState(spec=spec, index=i, clock=clock)
+        job.rank = i
+        state.arrive(job, 0.0)
+    return SlotBuilder(state.snapshot(0.0, ("arrival",), 0.0), window=4, slot_seconds=SLOT)
+
+
+def test_an_allreduce_jobs_workers_go_to_its_own_node_while_they_fit():
+    # Least-loaded placement alone puts each new worker on an emptier node, so a ring of 4 would
+    # span 4 nodes and pay an inter-node all-reduce its packed measured curve never paid.
+    cluster = Cluster.homogeneous("t", nodes=4, gpus=4, cpus=32, mem=256)
+    job = JobSpec(job_id="ring", submit_time=0.0, iterations=100.0, num_workers=1, min_workers=1, max_workers=4)
+    b = _builder([job], cluster)
+    for _ in range(3):
+        b.apply(b.action_for(b.jobs[0], WORKER))
+    assert b.workers(b.jobs[0]) == 4
+    assert [n for n, (w, _) in b.counts["ring"].items() if w] == [0]  # one node, not four
+
+
+def test_a_ps_jobs_tasks_keep_dl2s_least_loaded_placement():
+    cluster = Cluster.homogeneous("t", nodes=4, gpus=4, cpus=32, mem=256)
+    job = JobSpec(job_id="ps", submit_time=0.0, iterations=100.0, num_workers=1, min_workers=1, max_workers=4,
+                  arch="ps", num_ps=1, min_ps=1, max_ps=2)
+    b = _builder([job], cluster)
+    b.apply(b.action_for(b.jobs[0], WORKER))
+    b.apply(b.action_for(b.jobs[0], PS))
+    assert len([n for n, (w, p) in b.counts["ps"].items() if w or p]) > 1  # spread, as DL2 places
+
+
+def _ps_jobs(n: int) -> list[JobSpec]:
+    return [JobSpec(job_id=f"p{i}", submit_time=0.0, iterations=500.0, num_workers=1, min_workers=1, max_workers=3,
+                    arch="ps", model="ps:t", num_ps=1, min_ps=1, max_ps=2, worker_demand=(1.0, 2.0, 4.0),
+                    ps_demand=(0.0, 2.0, 4.0), work_known=True, extra={"compute_s": 0.2, "model_size_mb": 50.0})
+            for i in range(n)]
+
+
+@pytest.mark.parametrize("kind", ["ps", "allreduce"])
+def test_dl2_picks_the_shipped_model_trained_on_the_workloads_kind_of_job_and_says_so(kind):
+    from dlsched.policies.dl2 import SHIPPED_MODELS
+    from dlsched.policies.registry import make_policy
+    from dlsched.rl.model_io import load_model
+    from dlsched.throughput.duration_only import DurationOnly
+
+    cluster = Cluster.homogeneous("t", nodes=3, gpus=4, cpus=16, mem=64)
+    if kind == "ps":
+        jobs, tp = _ps_jobs(4), ParameterServerModel()
+    else:
+        jobs, tp = [rigid_job(i, 0.0, 900.0, gpus=2, min_workers=1, max_workers=4) for i in range(4)], DurationOnly()
+    policy = make_policy("dl2")
+    r = simulate(jobs, cluster, policy, tp, SimConfig(restart_overhead=0))
+    assert (r.jobs.status == "done").all()
+    path, _ = SHIPPED_MODELS[kind]
+    expected, _ = load_model(path)
+    assert policy.window == expected.window
+    assert all(np.array_equal(a.detach().numpy(), b.detach().numpy())
+               for a, b in zip(policy.net.state_dict().values(), expected.state_dict().values()))
+    assert len(policy.notes) == 1 and kind in policy.notes[0] and path.name in policy.notes[0]
+
+
+def test_the_two_shipped_models_differ_and_are_small_enough_to_ship():
+    from dlsched.policies.dl2 import SHIPPED_MODELS
+    from dlsched.rl.model_io import load_model
+
+    (ps, _), (ring, _) = SHIPPED_MODELS["ps"], SHIPPED_MODELS["allreduce"]
+    assert ps != ring and ps.stat().st_size < 1_000_000 and ring.stat().st_size < 2_000_000  # J = 60: 330k weights
+    _, meta = load_model(ring)
+    assert meta["config"]["workloads"] == "itp"  # trained on trace windows, as the choice promises
+
+
+def test_itp_training_windows_are_reproducible_and_come_from_the_split_s_own_files():
+    from dlsched.paths import traces_dir
+    from dlsched.rl.train_dl2 import DL2TrainConfig
+
+    root = traces_dir()
+    if root is None or not (root / "elasticflow-itp" / "elasticflow" / "cluster02.csv").exists():
+        pytest.skip("needs ../shared/traces (the ITP deadline traces)")
+    cfg = DL2TrainConfig(workloads="itp", num_jobs=20, itp_train=("cluster05.csv",), itp_validation=("cluster02.csv",))
+    train, val = cfg.workload_source("train", root), cfg.workload_source("validation", root)
+    a, b = train(7), train(7)
+    assert [j.job_id for j in a] == [j.job_id for j in b] and len(a) == 20
+    assert all(j.model.startswith("elasticflow:") for j in a)  # on measured curves
+    ids = {j.job_id for j in val(7)}
+    assert not ids & {j.job_id for s in range(5) for j in train(s)}
+
+
+def test_a_given_model_used_on_another_kind_of_job_says_it_is_outside_its_training_distribution():
+    from dlsched.policies.dl2 import SHIPPED_MODEL, dl2
+    from dlsched.throughput.duration_only import DurationOnly
+
+    cluster = Cluster.homogeneous("t", nodes=3, gpus=4, cpus=16, mem=64)
+    ring = [rigid_job(i, 0.0, 900.0, gpus=2, min_workers=1, max_workers=4) for i in range(3)]
+    policy = dl2(model=str(SHIPPED_MODEL))
+    simulate(ring, cluster, policy, DurationOnly(), SimConfig(restart_overhead=0))
+    assert len(policy.notes) == 1 and "outside its training distribution" in policy.notes[0]
+    simulate(_ps_jobs(3), cluster, policy, ParameterServerModel(), SimConfig(restart_overhead=0))
+    assert policy.notes == []  # its own kind of job: nothing to say
