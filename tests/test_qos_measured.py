@@ -36,8 +36,10 @@ def test_curve_jobs_of_different_requested_sizes_are_not_pooled():
     # 8 GPUs buy nothing, and the 8-GPU job's rate that 1 GPU is as fast as 8
     one, eight = _bert("a", 0.0, 1, 100.0, 1000.0), _bert("b", 0.0, 8, 100.0, 1000.0)
     assert iterations_are_seconds(one) and one.model.startswith(PREFIX)
-    assert profile_key(one) != profile_key(eight)
-    assert profile_key(one) == profile_key(replace(one, job_id="c"))
+    assert profile_key(one, sized=True) != profile_key(eight, sized=True)
+    assert profile_key(one, sized=True) == profile_key(replace(one, job_id="c"), sized=True)
+    assert profile_key(one) == profile_key(eight)  # Optimus' pooling, unchanged
+    assert EarliestFinish().speeds.sized and CompletionPredictor().work.sized
     assert not iterations_are_seconds(replace(one, model="resnet50"))
 
 

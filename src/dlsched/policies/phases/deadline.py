@@ -92,7 +92,9 @@ class EarliestFinish:
     """
 
     predictor: CompletionPredictor = field(default_factory=CompletionPredictor)
-    speeds: SpeedPool = field(default_factory=SpeedPool)
+    # pooled by requested size too where iterations are seconds at it (a 1-GPU and an 8-GPU bert
+    # job both run 1 iteration/s at their requested sizes): `profile_key`'s `sized`
+    speeds: SpeedPool = field(default_factory=lambda: SpeedPool(sized=True))
     deadlines: DeadlineJobs = field(default_factory=DeadlineJobs)
 
     def observe(self, snap: Snapshot) -> None:
@@ -133,10 +135,19 @@ class EarliestFinish:
 
     def _per_worker(self, job: JobState) -> float | None:
         """The best measured speed per worker of the job's type (its own current rate included)."""
+        return max((f / w for w, f in self._points(job).items()), default=None)
+
+    def _points(self, job: JobState) -> dict[int, float]:
+        """Measured speeds of the job's type by worker count (the best over PS counts), its own
+        current rate included."""
+        out: dict[int, float] = {}
         pts = self.speeds.points(job.spec)
         if job.status is JobStatus.RUNNING and job.rate > 0 and job.num_workers > 0:
             pts = {**pts, (job.num_ps, job.num_workers): job.rate}
-        return max((f / w for (_, w), f in pts.items() if w > 0), default=None)
+        for (_, w), f in pts.items():
+            if w > 0 and f > out.get(w, 0.0):
+                out[w] = f
+        return out
 
     def at(self, snap: Snapshot, job: JobState, workers: int, optimistic: bool = False) -> float | None:
         """Completion time at `workers` workers (None = unknown). `optimistic` uses the low end of
@@ -251,6 +262,8 @@ class DeadlineFeasibility:
             return f"deadline {d:.0f} s passed (now {snap.now:.0f} s) before the job finished"
         if job.status is JobStatus.RUNNING and not self.finish.predictor.ready(job, snap.now):
             return ""  # not yet at its prediction point: no judgement (and no loss fit to pay for)
+        if job.first_start is None and job.declared_work is None:
+            return ""  # never ran, work not declared: no evidence about the job itself (`JUDGED`)
         best = self.finish.best(snap, job)
         if best is not None and best > d + 1e-6:
             return (
