@@ -12,8 +12,7 @@ Users give a deadline, not a size. Each call runs the phases
   a deadline, then late jobs;
 - sizing starts deadline-only jobs at a predicted size, grows running jobs predicted to miss to
   the smallest size predicted to meet the deadline (restart-based, the n_new rule, vertical PS
-  scaling; not at all when no size would), and gives a job started smaller than it asked (it did
-  not fit then) its size back;
+  scaling; not at all when no size would);
 - placement packs a job on the fewest nodes (best fit). The prototype put each pod on the node
   of lowest CPU use, which on its CPU cluster balanced load; a data-parallel GPU job spread pod by
   pod over nodes pays a cross-node all-reduce every step (on ElasticFlow's measured curves, bert
