@@ -109,3 +109,15 @@ class JobSpec:
     def demand(self, workers: int, ps: int) -> np.ndarray:
         """Total resource vector of `workers` workers and `ps` parameter servers."""
         return workers * np.asarray(self.worker_demand) + ps * np.asarray(self.ps_demand)
+
+
+def iterations_are_seconds(spec: JobSpec) -> bool:
+    """Whether one of the job's iterations is one second of work at *its* requested size.
+
+    True for duration-only jobs (`throughput.duration_only`) and for jobs on ElasticFlow's
+    measured curves ("elasticflow:<model>", `throughput.elasticflow`: rate curve(w)/curve(requested)),
+    whose trace gives a duration, not an iteration count. Why it matters: two such jobs' speeds
+    (iterations/s) and totals are only comparable when they requested the same size; a 1-GPU and
+    an 8-GPU bert job both run at 1 iteration/s at their requested sizes.
+    """
+    return spec.model == "duration-only" or spec.model.startswith("elasticflow:")

@@ -74,7 +74,8 @@ class CompletionPredictor:
         self.theta = theta
         # refit a job's loss curve when its progress grew 50% (Optimus' users refit at 25%): a fit
         # costs 4-40 ms, and a deadline policy is asked far more often than Optimus' 10-min slots
-        self.work = RemainingWork(refit_growth=refit_growth)
+        # history by requested size where iterations are seconds at it (`profile_key`'s `sized`)
+        self.work = RemainingWork(refit_growth=refit_growth, sized=True)
 
     def observe(self, jobs: list[JobState]) -> None:
         self.work.observe(jobs)

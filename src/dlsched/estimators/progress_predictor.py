@@ -128,8 +128,9 @@ class RemainingWork:
     iterations a finished job ran).
     """
 
-    def __init__(self, refit_growth: float = 0.25):
+    def __init__(self, refit_growth: float = 0.25, sized: bool = False):
         self.refit_growth = refit_growth
+        self.sized = sized  # history by `profile_key(spec, sized)`
         self._fits: dict[str, tuple[float, ConvergenceFit | None]] = {}
         self._seen: dict[str, JobState] = {}
         self._history: dict[tuple, list[float]] = {}
@@ -139,14 +140,14 @@ class RemainingWork:
             self._seen[job.job_id] = job
         for jid, job in list(self._seen.items()):
             if job.status is JobStatus.DONE:
-                bisect.insort(self._history.setdefault(profile_key(job.spec), []), job.progress)
+                bisect.insort(self._history.setdefault(profile_key(job.spec, self.sized), []), job.progress)
             if job.status in (JobStatus.DONE, JobStatus.REJECTED, JobStatus.UNFINISHED):
                 del self._seen[jid]
                 self._fits.pop(jid, None)
 
     def history(self, job: JobState) -> list[float]:
         """Totals of finished jobs of the job's type, sorted ascending."""
-        return self.history_of(profile_key(job.spec))
+        return self.history_of(profile_key(job.spec, self.sized))
 
     def history_of(self, key: tuple) -> list[float]:
         """`history` by type (`profile_key`): the list itself, which later finished jobs of the type

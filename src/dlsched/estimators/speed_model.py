@@ -39,7 +39,7 @@ from typing import Mapping
 import numpy as np
 from scipy.optimize import nnls
 
-from dlsched.core.job import Architecture, JobSpec
+from dlsched.core.job import Architecture, JobSpec, iterations_are_seconds
 from dlsched.core.snapshot import JobState
 
 #: Coefficients of each form, i.e. distinct measured sizes a full fit needs.
@@ -92,6 +92,7 @@ class SpeedModel:
     beta: float = 0.5  # prior: exponent on the PS-per-worker ratio, capped at 1
     theta: np.ndarray | None = None
     rel_rmse: float = math.nan  # fit quality on the measured points (relative iteration time)
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # predict's answers
 
     @classmethod
     def fit(
@@ -135,8 +136,31 @@ class SpeedModel:
         self.theta = theta
         self.rel_rmse = float(np.sqrt(np.mean((denom / y - 1.0) ** 2)))
 
-    def predict(self, p: int, w: int) -> float | None:
-        """Iterations/s at (p PSs, w workers); None when nothing at all is known about the type."""
+    def predict(self, p: int, w: int, nearest: bool = False) -> float | None:
+        """Iterations/s at (p PSs, w workers); None when nothing at all is known about the type.
+
+        Before a full fit, the prior extrapolates from the measured point that gives the most
+        (`nearest=False`, Optimus' optimism, which makes its greedy explore), or from the measured
+        point nearest in size (`nearest=True`: what a deadline policy needs before it commits GPUs
+        to a job: with bert measured at 1 and 5 GPUs, the 1-GPU point alone says 5.3x at 8 GPUs,
+        the 5-GPU point 2.6x (measured: 1.8x))."""
+        key = (p, w, nearest)
+        memo = self._memo
+        if key not in memo:  # a model is fixed once fitted (new points make a new model)
+            memo[key] = self._predict(p, w, nearest)
+        return memo[key]
+
+    def table(self, hi: int, nearest: bool = False) -> np.ndarray:
+        """`predict(0, w, nearest)` for w = 0..hi as an array (NaN where unknown), for a job
+        without PSs: what a policy scanning every size of every waiting job reads in one go."""
+        key = ("table", hi, nearest)
+        memo = self._memo
+        if key not in memo:
+            memo[key] = np.array([np.nan if (f := self.predict(0, w, nearest)) is None else f
+                                  for w in range(hi + 1)], dtype=float)
+        return memo[key]
+
+    def _predict(self, p: int, w: int, nearest: bool) -> float | None:
         if w <= 0:
             return 0.0
         hit = self.points.get((int(p), int(w)))
@@ -147,10 +171,10 @@ class SpeedModel:
             denom = float(X[0] @ self.theta)
             if denom > 0:
                 return float(m[0] / denom)
-        return self._prior(p, w)
+        return self._prior(p, w, nearest)
 
-    def _prior(self, p: int, w: int) -> float | None:
-        """Optimistic prior: the best the scaling rule gives from any measured point."""
+    def _prior(self, p: int, w: int, nearest: bool = False) -> float | None:
+        """The scaling rule from the measured points: the best it gives, or from the nearest."""
         if not self.points:
             return None
         ps_form = self.form in ("sync", "async")
@@ -160,23 +184,30 @@ class SpeedModel:
         def ratio(pp: float, ww: float) -> float:
             return min(1.0, pp / ww) if ps_form else 1.0
 
-        return max(
-            fa * (w / wa) ** self.alpha * (ratio(p, w) / ratio(pa, wa)) ** self.beta
-            for (pa, wa), fa in self.points.items()
-        )
+        def scaled(point: tuple[Size, float]) -> float:
+            (pa, wa), fa = point
+            return fa * (w / wa) ** self.alpha * (ratio(p, w) / ratio(pa, wa)) ** self.beta
+
+        if nearest:  # nearest in log size (then the larger), PSs as a tie-break
+            return scaled(min(self.points.items(),
+                              key=lambda pt: (abs(math.log(w / pt[0][1])), -pt[0][1], abs(pt[0][0] - p))))
+        return max(map(scaled, self.points.items()))
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def profile_key(spec: JobSpec) -> tuple:
+def profile_key(spec: JobSpec, sized: bool = False) -> tuple:
     """Jobs whose measured speeds may be pooled (Optimus: same job type).
 
     A duration-only job's iterations are seconds at *its* requested size (see
     `throughput.duration_only`), so its speeds are only comparable with jobs of the same size.
+    So are those of a job on a measured ElasticFlow curve (`iterations_are_seconds`): `sized`
+    tells those apart by requested size too (the QoS framework's estimators do; Optimus pools
+    them, as it did when the curves arrived: docs/DECISIONS.md, issue 14).
     Cached (specs are immutable and hash by identity): Optimus asks it for every job in the system
     on every call, twice; the bound keeps a long run's finished specs from piling up.
     """
     key: tuple = (spec.model, form_for(spec), spec.batch_size, spec.worker_demand, spec.ps_demand)
-    if spec.model == "duration-only":
+    if spec.model == "duration-only" or (sized and iterations_are_seconds(spec)):
         key += (spec.num_workers,)
     return key
 
@@ -190,9 +221,10 @@ class SpeedPool:
     1-GPU jobs) costs O(sizes), not O(jobs), per refit.
     """
 
-    def __init__(self, alpha: float = 0.8, beta: float = 0.5):
+    def __init__(self, alpha: float = 0.8, beta: float = 0.5, sized: bool = False):
         self.alpha = alpha
         self.beta = beta
+        self.sized = sized  # `profile_key`'s
         self._raw: dict[tuple, dict[tuple, float]] = {}  # type -> (job, nodes, w, p) -> rate
         self._sums: dict[tuple, dict[Size, list[float]]] = {}  # type -> (p, w) -> [sum, count]
         self._models: dict[tuple, SpeedModel] = {}
@@ -202,7 +234,7 @@ class SpeedPool:
         if not job.observed_rates or self._versions.get(job.job_id) == job.version:
             return
         self._versions[job.job_id] = job.version
-        key = profile_key(job.spec)
+        key = profile_key(job.spec, self.sized)
         raw = self._raw.setdefault(key, {})
         sums = self._sums.setdefault(key, {})
         for (nodes, w, p), rate in job.observed_rates.items():
@@ -222,7 +254,7 @@ class SpeedPool:
 
     def points(self, spec: JobSpec) -> dict[Size, float]:
         """Mean measured iterations/s per (ps, workers) for the job's type (zero rates dropped)."""
-        sums = self._sums.get(profile_key(spec), {})
+        sums = self._sums.get(profile_key(spec, self.sized), {})
         return {s: total / n for s, (total, n) in sums.items() if n > 0}
 
     def current(self, key: tuple) -> SpeedModel | None:
@@ -233,7 +265,7 @@ class SpeedPool:
     def model(self, spec: JobSpec, key: tuple | None = None) -> SpeedModel:
         """The fitted (or prior-only) model of the job's type; `key`: its `profile_key`, if known."""
         if key is None:
-            key = profile_key(spec)
+            key = profile_key(spec, self.sized)
         m = self._models.get(key)
         if m is None:
             m = SpeedModel.fit(

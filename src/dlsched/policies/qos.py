@@ -2,23 +2,34 @@
 
 Users give a deadline, not a size. Each call runs the phases
 
-    DeadlineFeasibility → EarliestDeadline → Autoscaler → placement (least-loaded node)
+    DeadlineFeasibility → EarliestDeadline → Autoscaler → placement (packed)
 
 - admission rejects (or, with `infeasible="deprioritise"`, keeps behind the others) a job that
-  cannot meet its deadline even at its maximum size, with the reason;
-- ordering is earliest deadline first among the jobs that can still make it;
-- sizing starts deadline-only jobs at a predicted size and grows running jobs predicted to miss
-  (restart-based, the n_new rule, vertical PS scaling);
-- placement binds tasks to the least-loaded nodes (the prototype's "lowest CPU use" node choice;
-  in the simulator use equals allocation).
+  cannot meet its deadline even at its maximum size, with the reason — only before it first
+  starts, when the answer costs nothing spent and the user can still act on it; a job that has
+  run is deprioritised, never thrown away with its progress;
+- ordering is earliest deadline first among the jobs that can still make it, then jobs without
+  a deadline, then late jobs;
+- sizing starts deadline-only jobs at a predicted size, grows running jobs predicted to miss to
+  the smallest size predicted to meet the deadline (restart-based, the n_new rule, vertical PS
+  scaling; not at all when no size would);
+- placement packs a job on the fewest nodes (best fit). The prototype put each pod on the node
+  of lowest CPU use, which on its CPU cluster balanced load; a data-parallel GPU job spread pod by
+  pod over nodes pays a cross-node all-reduce every step (on ElasticFlow's measured curves, bert
+  grown from 1 to 2 GPUs over two racks ran slower than on 1). `placement="least-loaded"` keeps
+  the prototype's choice.
 
-It is not preemptive (the prototype modifies kube-scheduler, which does not evict running jobs):
-running jobs keep their nodes, and a job's resize competes for free resources in deadline order
-with the jobs waiting to start. Everything the policy reads is observable in a live system
-(progress, measured rate, elapsed time, declared work, the deadline); it is not an oracle.
+Preemptive by default (`preempt="minimal"`): a job that does not fit in what is free may stop
+running jobs ranked below it in that order, lowest first — late jobs before any job that can still
+make it — and they resume later from their checkpoint. The prototype modifies kube-scheduler,
+which does not evict (`preempt="none"`: running jobs keep their nodes, only grow in place); on
+ITP's bursts that left jobs that could still make their deadline queued for hours behind jobs that
+could not, and the deadline-blind preemptive baselines (DRF, Optimus) met far more deadlines
+(docs/QOS.md). Everything the policy reads is observable in a live system (progress, measured rate,
+elapsed time, declared work, the deadline); it is not an oracle.
 
-It is a `PhasedPolicy` configuration (preempt "none" with `resize`: running jobs go through the
-phases and may grow in place), asked on events and every `interval` seconds.
+It is a `PhasedPolicy` configuration (with `resize`: running jobs go through the phases and may
+grow), asked on events and every `interval` seconds.
 
 The same phases build the comparison policies of `dlsched experiment qos`: `edf` (no autoscaler)
 and `kube_autoscale` (arrival order and kube-scheduler's spreading with the autoscaler), which
@@ -87,13 +98,13 @@ class QuietTicks(Wrapper):
 
 
 def _compose(admission: Admission | None, ordering: Ordering, sizing: Autoscaler, placement: str, name: str,
-             interval: float | None) -> Policy:
-    """admission → ordering → autoscaler → realise, never preempting, growing running jobs in place."""
+             interval: float | None, preempt: str = "none") -> Policy:
+    """admission → ordering → autoscaler → realise, running jobs growing (in place with "none")."""
     if placement not in PLACEMENTS:
         raise ConfigError(f"unknown placement {placement!r}; known: {', '.join(PLACEMENTS)}")
     pol = PhasedPolicy(
         admission=admission, ordering=ordering, sizing=sizing, placement=PLACEMENTS[placement], name=name,
-        preempt="none", resize=True, backfill=True, shrink=ps_steps_shrink,
+        preempt=preempt, resize=True, backfill=True, shrink=ps_steps_shrink,
     )
     return Every(QuietTicks(pol, sizing.finish.deadlines), interval) if interval is not None else pol
 
@@ -105,22 +116,27 @@ def qos(
     c: float = 1.0,
     min_predict_steps: int = DEFAULT_MIN_STEPS,
     theta: float = 1.0,
-    placement: str = "least-loaded",
+    placement: str = "pack",
     interval: float | None = 60.0,
+    preempt: str = "minimal",
 ) -> Policy:
-    """The QoS deadline framework: EDF with deadline feasibility, autoscaling, least-loaded nodes.
+    """The QoS deadline framework: EDF with deadline feasibility, autoscaling, packed placement.
 
     `infeasible`: "reject" a job whose deadline cannot be met even at max size, or "deprioritise"
     it. `autoscale=False` keeps jobs at their default size (the scheduling part alone).
     `initial`: "predict" sizes deadline-only jobs at start, "default" starts them at 1 worker.
     `c`: the scaling rule's calibration (a job's extra["scale_c"] wins). `min_predict_steps`:
     warm-up before a job is predicted (a job's extra["min_predict_steps"] wins). `theta`: the
-    prototype's per-step-time divisor. `interval`: seconds between re-predictions.
+    prototype's per-step-time divisor. `interval`: seconds between re-predictions. `placement`:
+    a placement phase's name. `preempt`: "minimal" (lower-ranked running jobs may be stopped for a
+    job that does not fit) or "none" (the prototype: never).
     """
     if infeasible not in MODES:
         raise ConfigError(f"qos: infeasible must be one of {', '.join(MODES)}, got {infeasible!r}")
     if interval is not None and not interval > 0:
         raise ConfigError(f"qos: interval must be > 0 seconds, got {interval}")
+    if preempt not in ("minimal", "none"):
+        raise ConfigError(f"qos: preempt must be 'minimal' or 'none', got {preempt!r}")
     if min_predict_steps < 1:
         raise ConfigError(f"qos: min_predict_steps must be >= 1, got {min_predict_steps}")
     if not theta > 0:
@@ -131,7 +147,7 @@ def qos(
     sizing = Autoscaler(finish, c=c, initial=initial if autoscale else "default", scale=autoscale)
     ordering = EarliestDeadline(late=lambda: admission.late, deadlines=finish.deadlines)
     return _compose(admission, ordering, sizing, placement,
-                    "qos" if autoscale else "qos-noscale", interval)
+                    "qos" if autoscale else "qos-noscale", interval, preempt)
 
 
 def kube_autoscale(c: float = 1.0, min_predict_steps: int = DEFAULT_MIN_STEPS, interval: float | None = 60.0) -> Policy:

@@ -23,6 +23,8 @@ from functools import partial
 from operator import attrgetter
 from typing import Callable
 
+import numpy as np
+
 from dlsched.core.errors import ConfigError
 from dlsched.core.snapshot import JobState, JobStatus, Snapshot
 from dlsched.estimators.completion_predictor import CompletionPredictor
@@ -34,6 +36,11 @@ _RANK = attrgetter("rank")
 #: Remaining-work sources about the job itself, the only ones a rejection may rest on.
 JUDGED = ("known", "oracle", "fit")
 
+
+
+def _unknown(workers: int) -> None:
+    """`EarliestFinish.times` of a job whose work or speed is unknown: no time at any size."""
+    return None
 
 
 def candidate_sizes(lo: int, hi: int) -> list[int]:
@@ -85,7 +92,9 @@ class EarliestFinish:
     """
 
     predictor: CompletionPredictor = field(default_factory=CompletionPredictor)
-    speeds: SpeedPool = field(default_factory=SpeedPool)
+    # pooled by requested size too where iterations are seconds at it (a 1-GPU and an 8-GPU bert
+    # job both run 1 iteration/s at their requested sizes): `profile_key`'s `sized`
+    speeds: SpeedPool = field(default_factory=lambda: SpeedPool(sized=True))
     deadlines: DeadlineJobs = field(default_factory=DeadlineJobs)
 
     def observe(self, snap: Snapshot) -> None:
@@ -102,7 +111,7 @@ class EarliestFinish:
     def speed(self, job: JobState, workers: int) -> float | None:
         if workers == job.num_workers and job.status is JobStatus.RUNNING and job.rate > 0:
             return job.rate  # measured beats modelled
-        return self.speeds.model(job.spec).predict(ps_for(job.spec, workers), workers)
+        return self.speeds.model(job.spec).predict(ps_for(job.spec, workers), workers, nearest=True)
 
     def pause(self, snap: Snapshot, job: JobState, workers: int) -> float:
         """Seconds before the job steps again at `workers`: a restart unless it already runs so,
@@ -118,33 +127,90 @@ class EarliestFinish:
         measured point per worker, or the model if that is faster. Optimus' prior penalises a PS
         job with fewer PSs than workers, which can make it *pessimistic*; a rejection must not
         rest on that."""
+        per_worker = self._per_worker(job)
+        if per_worker is None:
+            return None
+        model = self.speed(job, workers)
+        return max(per_worker * workers, model or 0.0)
+
+    def _per_worker(self, job: JobState) -> float | None:
+        """The best measured speed per worker of the job's type (its own current rate included)."""
+        return max((f / w for w, f in self._points(job).items()), default=None)
+
+    def _points(self, job: JobState) -> dict[int, float]:
+        """Measured speeds of the job's type by worker count (the best over PS counts), its own
+        current rate included."""
+        out: dict[int, float] = {}
         pts = self.speeds.points(job.spec)
         if job.status is JobStatus.RUNNING and job.rate > 0 and job.num_workers > 0:
             pts = {**pts, (job.num_ps, job.num_workers): job.rate}
-        if not pts:
-            return None
-        linear = max(f / w * workers for (_, w), f in pts.items() if w > 0)
-        model = self.speed(job, workers)
-        return max(linear, model or 0.0)
+        for (_, w), f in pts.items():
+            if w > 0 and f > out.get(w, 0.0):
+                out[w] = f
+        return out
 
     def at(self, snap: Snapshot, job: JobState, workers: int, optimistic: bool = False) -> float | None:
         """Completion time at `workers` workers (None = unknown). `optimistic` uses the low end of
         the remaining-work range and an upper bound of the speed (`upper_speed`)."""
-        f = self.upper_speed(job, workers) if optimistic else self.speed(job, workers)
-        if f is None or not f > 0:
-            return None
+        return self.times(snap, job, optimistic)(workers)
+
+    def times(self, snap: Snapshot, job: JobState, optimistic: bool = False) -> Callable[[int], float | None]:
+        """`at` for one job at any number of sizes: its remaining work, speed model and measured
+        points are looked up once, not once per size (the autoscaler and admission try many
+        sizes of every waiting and running job on every call)."""
         est = self.predictor.remaining(job)
         if optimistic and est.source not in JUDGED:
-            return None  # other jobs' history or a guess is no evidence to reject this one
+            return _unknown  # other jobs' history or a guess is no evidence to reject this one
         work = est.low if optimistic else est.remaining
         if not math.isfinite(work):
+            return _unknown
+        spec, now = job.spec, snap.now
+        model = self.speeds.model(spec)
+        measured = job.rate if job.status is JobStatus.RUNNING and job.rate > 0 else None
+        per_worker = self._per_worker(job) if optimistic else 0.0
+        if per_worker is None:
+            return _unknown
+
+        def at(workers: int) -> float | None:
+            if measured is not None and workers == job.num_workers:
+                f: float | None = measured  # measured beats modelled
+            else:
+                f = model.predict(ps_for(spec, workers), workers, nearest=True)
+            if optimistic:
+                f = max(per_worker * workers, f or 0.0)
+            if f is None or not f > 0:
+                return None
+            return now + self.pause(snap, job, workers) + work / f
+
+        return at
+
+    def first_size(self, snap: Snapshot, job: JobState, lo: int, hi: int, target: float) -> int | None:
+        """The smallest size in lo..hi at which the job is predicted (`at`) to finish by `target`,
+        trying sizes in order; None when none does, or when a size's time is unknown before one
+        does. For a waiting job without PSs, in one array operation (same arithmetic as `at`):
+        the autoscaler asks it for every waiting job on every call, up to 64 sizes each."""
+        if job.status is JobStatus.RUNNING or job.spec.max_ps != 0 or lo > hi:
+            at = self.times(snap, job)
+            for w in range(lo, hi + 1):
+                t = at(w)
+                if t is None or t <= target:
+                    return None if t is None else w
             return None
-        return snap.now + self.pause(snap, job, workers) + work / f
+        work = self.predictor.remaining(job).remaining
+        if not math.isfinite(work):
+            return None
+        f = self.speeds.model(job.spec).table(hi, nearest=True)[lo:]
+        known = f > 0  # False where NaN
+        t = snap.now + self.pause(snap, job, lo) + work / np.where(known, f, 1.0)
+        stop = ~known | (t <= target)
+        i = int(np.argmax(stop))
+        return lo + i if stop[i] and known[i] else None
 
     def best(self, snap: Snapshot, job: JobState) -> float | None:
         """Earliest optimistic completion over the job's sizes (None when nothing is known)."""
         lo = job.num_workers if job.status is JobStatus.RUNNING else job.spec.min_workers
-        times = [self.at(snap, job, w, optimistic=True) for w in candidate_sizes(max(lo, 1), job.spec.max_workers)]
+        at = self.times(snap, job, optimistic=True)
+        times = [at(w) for w in candidate_sizes(max(lo, 1), job.spec.max_workers)]
         known = [t for t in times if t is not None]
         return min(known) if known else None
 
@@ -154,7 +220,10 @@ class DeadlineFeasibility:
     """Admission: reject (or deprioritise) jobs whose deadline cannot be met even at max size.
 
     `late` holds {job_id: reason} of every job judged unable to make its deadline in the last
-    call, running ones included (they are never rejected: a running job is only deprioritised).
+    call, running ones included. Only a job that has never run is rejected: the answer then costs
+    the user nothing spent and comes while they can still act on it (resubmit later, smaller, or
+    elsewhere); a job that has run (running, or waiting after a preemption) is deprioritised,
+    never thrown away with its progress.
     """
 
     finish: EarliestFinish
@@ -176,7 +245,7 @@ class DeadlineFeasibility:
                 admitted.append(job)
                 continue
             reason = self.reason(snap, job)
-            if reason and self.mode == "reject" and job.status is JobStatus.PENDING:
+            if reason and self.mode == "reject" and job.status is JobStatus.PENDING and job.first_start is None:
                 rejected[job.job_id] = reason
                 continue
             if reason:
@@ -193,6 +262,8 @@ class DeadlineFeasibility:
             return f"deadline {d:.0f} s passed (now {snap.now:.0f} s) before the job finished"
         if job.status is JobStatus.RUNNING and not self.finish.predictor.ready(job, snap.now):
             return ""  # not yet at its prediction point: no judgement (and no loss fit to pay for)
+        if job.first_start is None and job.declared_work is None:
+            return ""  # never ran, work not declared: no evidence about the job itself (`JUDGED`)
         best = self.finish.best(snap, job)
         if best is not None and best > d + 1e-6:
             return (
