@@ -38,6 +38,8 @@ def test_workload_slots_rule():
     # every job fits its horizon, whatever the spread of durations
     s, h = workload_slots(_dur_jobs([100.0, 5e5]))
     assert s * h >= 5e5
+    # only trace durations are read, never a job's work: without any, OASiS keeps its defaults
+    assert workload_slots([JobSpec("w", 0.0, iterations=1e6)]) is None
 
 
 def test_lower_bound_does_not_collapse_when_no_utility_lasts_to_the_horizon():

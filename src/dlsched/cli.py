@@ -114,11 +114,12 @@ def _run(
     if "oasis" in names and not {"slot_seconds", "horizon"} & set(options.get("oasis", {})):
         from dlsched.policies.oasis_jobs import HORIZON_FACTOR, SLOT_DIVISOR, workload_slots
 
-        slot, horizon = workload_slots(workload.jobs)
-        options.setdefault("oasis", {}).update(slot_seconds=slot, horizon=horizon)
-        slot_note = (f"oasis plans in {slot:g} s slots over a {horizon}-slot horizon, chosen from the jobs' "
-                     f"durations (1/{SLOT_DIVISOR:g} of the 10th percentile; {HORIZON_FACTOR:g}x the longest job); "
-                     "set slot_seconds/horizon under policy_options to override")
+        if (picked := workload_slots(workload.jobs)) is not None:
+            slot, horizon = picked
+            options.setdefault("oasis", {}).update(slot_seconds=slot, horizon=horizon)
+            slot_note = (f"oasis plans in {slot:g} s slots over a {horizon}-slot horizon, chosen from the jobs' "
+                         f"durations (1/{SLOT_DIVISOR:g} of the 10th percentile; {HORIZON_FACTOR:g}x the longest "
+                         "job); set slot_seconds/horizon under policy_options to override")
     if not quiet:
         console.print(f"[bold]workload[/] {workload.name}: {len(workload.jobs)} jobs from {workload.source}")
         console.print(f"[bold]cluster[/]  {cluster.describe()}")

@@ -206,9 +206,9 @@ def run_trace(trace: str, limit: int | None, policies, out: Path, seed: int = 0,
     tp = default_throughput(traces_dir())
     rows = []
     undeclared = any(not j.work_known for j in jobs)
-    slot, horizon = workload_slots(jobs)  # OASiS' slots from the trace's durations, as `dlsched compare` does
+    picked = workload_slots(jobs)  # OASiS' slots from the trace's durations, as `dlsched compare` does
     for name in policies:  # utility-driven policies plan from the work: an oracle when jobs declare none
-        opts = dict(slot_seconds=slot, horizon=horizon) if name == "oasis" else {}
+        opts = dict(zip(("slot_seconds", "horizon"), picked)) if name == "oasis" and picked else {}
         if name in UTILITY_DRIVEN and undeclared:
             opts["oracle"] = True
         pol = make_policy(name, **opts)

@@ -192,9 +192,8 @@ def run(out: Path, root: Path, *, cases: dict[str, TraceCase] | None = None, pol
                         loaded = load_case(cname, case, root, seed)
                     jobs, cluster, throughput, ol, notes = loaded
                     opts = {"oracle": True} if p in ORACLES else {}
-                    if p == "oasis":  # its slot and horizon from the trace's durations, as `compare` does
-                        slot, horizon = workload_slots(jobs)
-                        opts.update(slot_seconds=slot, horizon=horizon)
+                    if p == "oasis" and (picked := workload_slots(jobs)):  # from the trace, as `compare` does
+                        opts.update(slot_seconds=picked[0], horizon=picked[1])
                     t0 = time.perf_counter()
                     r = simulate(jobs, cluster, make_policy(p, **opts), throughput, SimConfig(seed=seed))
                     wall = time.perf_counter() - t0

@@ -39,20 +39,22 @@ SLOT_BOUNDS = (60.0, 3600.0)
 HORIZON_FACTOR = 3.0
 
 
-def workload_slots(jobs: Sequence[JobSpec]) -> tuple[float, int]:
-    """(slot_seconds, horizon in slots) for OASiS on these jobs; see the module constants.
+def workload_slots(jobs: Sequence[JobSpec]) -> tuple[float, int] | None:
+    """(slot_seconds, horizon in slots) for OASiS on these jobs; see the module constants. None
+    when no job has a trace duration (then OASiS keeps its own defaults).
 
     Why these: a job waits for the next slot boundary and holds whole slots, so the slot must be
     short next to the short jobs (a duration-derived utility decays on the scale of the job's own
     duration, target 2d); a horizon shorter than a job cannot plan it, and one far longer than
     any job's useful window only grows the tables. 3x the longest job covers a target of twice
-    its duration and the decay after it. Jobs without a duration use their iterations (seconds,
-    for duration-only jobs); the paper's `oasis:ps` jobs are not covered (their runs set both).
+    its duration and the decay after it. Only trace durations are read (what an operator sizing
+    the slots would look at in the trace's history), never a job's work; the paper's `oasis:ps`
+    jobs have none (their runs set both).
     """
-    durs = np.array([j.duration if j.duration is not None else j.iterations for j in jobs], dtype=float)
+    durs = np.array([j.duration for j in jobs if j.duration is not None], dtype=float)
     durs = durs[np.isfinite(durs) & (durs > 0)]
     if not len(durs):
-        raise ConfigError("OASiS slot rule: no job with a positive duration")
+        return None
     raw = float(np.percentile(durs, 10)) / SLOT_DIVISOR
     slot = float(min(max(60.0 * math.floor(raw / 60.0), SLOT_BOUNDS[0]), SLOT_BOUNDS[1]))
     return slot, max(1, math.ceil(HORIZON_FACTOR * float(durs.max()) / slot))
