@@ -281,7 +281,8 @@ def write_results(out: Path, runs: pd.DataFrame, cases: dict[str, TraceCase], po
     lines += ["## Setup", "", _md(setup, "{:.3g}"), ""]
     for m, (label, better) in METRICS.items():
         d = summary[summary["metric"] == m]
-        wide = d.assign(cell=[f"{v:.4g} [{lo:.4g}, {hi:.4g}]" for v, lo, hi in zip(d["value"], d["low"], d["high"])])
+        wide = d.assign(cell=[f"{v:.4g} [{lo:.4g}, {hi:.4g}]" if v == v else "n/a"  # NaN: e.g. no deadlines
+                              for v, lo, hi in zip(d["value"], d["low"], d["high"])])
         table = wide.pivot(index="policy", columns="case", values="cell").reindex(list(policies)).reset_index()
         lines += [f"## {label} ({better} is better)", "", _md(table), "", f"![{label}]({m}.png)", ""]
         _plot(summary, m, out / f"{m}.png")
