@@ -56,3 +56,15 @@ def test_bootstrap_ci_brackets_the_mean():
     x = np.random.default_rng(0).exponential(1.0, 400)
     lo, hi = exp.bootstrap_ci(x, np.mean)
     assert lo < x.mean() < hi and hi - lo < 0.5
+
+
+def test_report_only_runs_nothing_and_says_what_was_not_run(root, tmp_path):
+    out = tmp_path / "out"
+    exp.run(out, root, cases=CASES, policies=("fifo", "kube-default", "dragon"))
+    for f in (out / "cells").glob("slice__s0__dragon.*"):
+        f.unlink()
+    runs = exp.run(out, root, cases=CASES, policies=("fifo", "kube-default", "dragon"), report_only=True)
+    assert set(runs["policy"]) == {"fifo", "kube-default"}
+    assert not list((out / "cells").glob("slice__s0__dragon.*"))  # nothing was run
+    text = (out / "RESULTS.md").read_text()
+    assert "| dragon | not run |" in text and "dragon vs kube-default" not in text

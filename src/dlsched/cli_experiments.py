@@ -222,6 +222,8 @@ def real_traces_experiment(
     cases: Optional[str] = typer.Option(None, "--cases", help="Comma-separated workloads (default: all; see --help text)."),
     quick: bool = typer.Option(False, "--quick", help="Small smoke run: ITP 195job and 300 Philly jobs (two draws)."),
     traces: Optional[Path] = typer.Option(None, "--traces", help="Shared traces folder (default: $DLSCHED_TRACES, else ../shared/traces)."),
+    report_only: bool = typer.Option(False, "--report-only", help="Run nothing: write the tables from the cells already "
+                                     "in --out (a policy missing a draw reads 'not run')."),
 ) -> None:
     """Run every policy on real traces whose jobs run on measured scaling curves (ITP deadline clusters
     195job, cluster03 and cluster02; the first 2,000 Philly jobs with three seeded profile draws), each on a
@@ -246,6 +248,6 @@ def real_traces_experiment(
     names = tuple(parse_policy_list(policies)) if policies else exp.POLICIES
     total = sum(c.seeds for c in chosen.values()) * len(names)
     with _steps("real traces", total) as step:
-        runs = exp.run(out, root, cases=chosen, policies=names, step=step)
+        runs = exp.run(out, root, cases=chosen, policies=names, step=step, report_only=report_only)
     _console.print((out / "RESULTS.md").read_text(), markup=False, highlight=False)
     _console.print(f"{len(runs)} runs; wrote {out}/RESULTS.md, summary.csv, claims.csv and plots")

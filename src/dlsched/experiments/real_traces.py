@@ -174,9 +174,11 @@ def load_case(name: str, case: TraceCase, root: Path, seed: int):
 
 
 def run(out: Path, root: Path, *, cases: dict[str, TraceCase] | None = None, policies: tuple[str, ...] = POLICIES,
-        step: Callable[[str], None] | None = None) -> pd.DataFrame:
+        step: Callable[[str], None] | None = None, report_only: bool = False) -> pd.DataFrame:
     """Run every (case, draw, policy) cell not already in `out/cells/`, then write the tables,
-    plots and RESULTS.md. Returns one row per cell. A killed run resumes where it stopped."""
+    plots and RESULTS.md. Returns one row per cell. A killed run resumes where it stopped.
+    `report_only`: run nothing, write the report from the cells there are (a policy missing a
+    draw of a workload reads "not run" there)."""
     cases = CASES if cases is None else cases
     cells_dir = out / "cells"
     cells_dir.mkdir(parents=True, exist_ok=True)
@@ -188,6 +190,8 @@ def run(out: Path, root: Path, *, cases: dict[str, TraceCase] | None = None, pol
                 f = cells_dir / f"{cname}__s{seed}__{p}.parquet"
                 meta_f = f.with_suffix(".json")
                 if not (f.exists() and meta_f.exists()):
+                    if report_only:
+                        continue
                     if loaded is None:
                         loaded = load_case(cname, case, root, seed)
                     jobs, cluster, throughput, ol, notes = loaded
@@ -216,13 +220,16 @@ def run(out: Path, root: Path, *, cases: dict[str, TraceCase] | None = None, pol
 
 
 def _tables(out: Path, cases: dict[str, TraceCase], policies) -> dict[str, pd.DataFrame]:
-    """Per case, every cell's job table (draws stacked, with a `run` column)."""
+    """Per case, every cell's job table (draws stacked, with a `run` column); a (case, policy)
+    with a draw not run yet is left out."""
     cells_dir = out / "cells"
     got: dict[str, pd.DataFrame] = {}
     for cname, case in cases.items():
         for p in policies:
-            parts = [pd.read_parquet(cells_dir / f"{cname}__s{s}__{p}.parquet").assign(run=s) for s in range(case.seeds)]
-            got[f"{cname}/{p}"] = pd.concat(parts, ignore_index=True)
+            files = [cells_dir / f"{cname}__s{s}__{p}.parquet" for s in range(case.seeds)]
+            if all(f.exists() for f in files):
+                got[f"{cname}/{p}"] = pd.concat([pd.read_parquet(f).assign(run=s) for s, f in enumerate(files)],
+                                                ignore_index=True)
     return got
 
 
@@ -232,15 +239,20 @@ def summarize(out: Path, cases: dict[str, TraceCase], policies) -> tuple[pd.Data
     rows = []
     for cname in cases:
         for p in policies:
-            t = tables[f"{cname}/{p}"]
+            t = tables.get(f"{cname}/{p}")
             for m in METRICS:
+                if t is None:  # not run (yet): no figure
+                    rows.append({"case": cname, "policy": p, "metric": m, "value": np.nan, "low": np.nan,
+                                 "high": np.nan, "run": False})
+                    continue
                 x, f = _values(t, m)
                 lo, hi = bootstrap_ci(x, f)
-                rows.append({"case": cname, "policy": p, "metric": m, "value": _metric(t, m), "low": lo, "high": hi})
+                rows.append({"case": cname, "policy": p, "metric": m, "value": _metric(t, m), "low": lo, "high": hi,
+                             "run": True})
     claims = []
     for cname in cases:
         for p, m, ref, rel, bound in CLAIMS:
-            if p not in policies or ref not in policies:
+            if f"{cname}/{p}" not in tables or f"{cname}/{ref}" not in tables:
                 continue
             how, op = rel.split()
             v, lo, hi = paired_ci(tables[f"{cname}/{p}"], tables[f"{cname}/{ref}"], m, how)
@@ -281,8 +293,8 @@ def write_results(out: Path, runs: pd.DataFrame, cases: dict[str, TraceCase], po
     lines += ["## Setup", "", _md(setup, "{:.3g}"), ""]
     for m, (label, better) in METRICS.items():
         d = summary[summary["metric"] == m]
-        wide = d.assign(cell=[f"{v:.4g} [{lo:.4g}, {hi:.4g}]" if v == v else "n/a"  # NaN: e.g. no deadlines
-                              for v, lo, hi in zip(d["value"], d["low"], d["high"])])
+        wide = d.assign(cell=[f"{v:.4g} [{lo:.4g}, {hi:.4g}]" if v == v else "n/a" if ran else "not run"
+                              for v, lo, hi, ran in zip(d["value"], d["low"], d["high"], d["run"])])
         table = wide.pivot(index="policy", columns="case", values="cell").reindex(list(policies)).reset_index()
         lines += [f"## {label} ({better} is better)", "", _md(table), "", f"![{label}]({m}.png)", ""]
         _plot(summary, m, out / f"{m}.png")
