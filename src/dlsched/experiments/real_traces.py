@@ -26,6 +26,7 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
+from matplotlib import colormaps
 from matplotlib.figure import Figure
 from scipy import stats
 
@@ -272,9 +273,11 @@ def _plot(summary: pd.DataFrame, metric: str, path: Path) -> None:
         dp = d[d["policy"] == p].set_index("case").reindex(cases)
         x = np.arange(len(cases)) + i * width
         err = np.vstack([dp["value"] - dp["low"], dp["high"] - dp["value"]]).clip(min=0)
-        ax.bar(x, dp["value"], width, yerr=err, capsize=2, label=p)
+        ax.bar(x, dp["value"], width, yerr=err, capsize=2, label=p, color=colormaps["tab20"](i % 20))
     ax.set_xticks(np.arange(len(cases)) + 0.4 - width / 2, cases)
     ax.set_ylabel(METRICS[metric][0])
+    if metric in ("mean_jct_h", "p95_jct_h"):  # collapsed schedulers are 100x the best: log scale
+        ax.set_yscale("log")
     ax.set_title(f"{METRICS[metric][0]} ({METRICS[metric][1]} is better), 95% bootstrap CI, load {LOAD}")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
