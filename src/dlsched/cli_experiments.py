@@ -229,7 +229,7 @@ def real_traces_experiment(
     195job, cluster03 and cluster02; the first 2,000 Philly jobs with three seeded profile draws), each on a
     cluster sized to offered load 0.8; write per-metric tables and plots with 95% bootstrap confidence
     intervals, and check the issue's claims (qos vs kube-default deadlines, dragon JCT, dl2 vs drf, oasis
-    utility vs fifo). The full run takes hours on 2 cores; --quick takes a few minutes."""
+    utility vs fifo). The full run takes about 1.5 hours on 2 cores; --quick takes a few minutes."""
     from dlsched.core.errors import ConfigError
     from dlsched.experiments import real_traces as exp
     from dlsched.paths import traces_dir
