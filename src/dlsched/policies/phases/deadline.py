@@ -108,11 +108,6 @@ class EarliestFinish:
         self.predictor.observe(list(snap.finished))
         self.deadlines.observe(snap)
 
-    def speed(self, job: JobState, workers: int) -> float | None:
-        if workers == job.num_workers and job.status is JobStatus.RUNNING and job.rate > 0:
-            return job.rate  # measured beats modelled
-        return self.speeds.model(job.spec).predict(ps_for(job.spec, workers), workers, nearest=True)
-
     def pause(self, snap: Snapshot, job: JobState, workers: int) -> float:
         """Seconds before the job steps again at `workers`: a restart unless it already runs so,
         or it has never started (first start; the engine's start-up delay is not visible)."""
@@ -121,17 +116,6 @@ class EarliestFinish:
                 return max(0.0, job.resume_at - snap.now)
             return snap.restart_overhead
         return snap.restart_overhead if job.first_start is not None else 0.0
-
-    def upper_speed(self, job: JobState, workers: int) -> float | None:
-        """A speed the job cannot beat at `workers`: linear scaling from its type's fastest
-        measured point per worker, or the model if that is faster. Optimus' prior penalises a PS
-        job with fewer PSs than workers, which can make it *pessimistic*; a rejection must not
-        rest on that."""
-        per_worker = self._per_worker(job)
-        if per_worker is None:
-            return None
-        model = self.speed(job, workers)
-        return max(per_worker * workers, model or 0.0)
 
     def _per_worker(self, job: JobState) -> float | None:
         """The best measured speed per worker of the job's type (its own current rate included)."""
@@ -150,8 +134,11 @@ class EarliestFinish:
         return out
 
     def at(self, snap: Snapshot, job: JobState, workers: int, optimistic: bool = False) -> float | None:
-        """Completion time at `workers` workers (None = unknown). `optimistic` uses the low end of
-        the remaining-work range and an upper bound of the speed (`upper_speed`)."""
+        """Completion time at `workers` workers (None = unknown); the job's measured rate beats
+        the model at its current size. `optimistic` uses the low end of the remaining-work range
+        and a speed the job cannot beat: linear scaling from its type's fastest measured point per
+        worker, or the model if that is faster (Optimus' prior penalises a PS job with fewer PSs
+        than workers, which can make it *pessimistic*; a rejection must not rest on that)."""
         return self.times(snap, job, optimistic)(workers)
 
     def times(self, snap: Snapshot, job: JobState, optimistic: bool = False) -> Callable[[int], float | None]:
