@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from fastapi.testclient import TestClient
 
+from dlsched.core import Cluster
+from dlsched.live.admission import admission_problems
 from dlsched.live.api import create_app
 from dlsched.live.metrics import LiveMetrics
 from dlsched.live.store import Store
 
 
 class FakeController:
-    """What the API needs of the controller: its cluster view and its health."""
+    """What the API needs of the controller: its cluster view, its health, admission and job dirs."""
 
     error = ""
+    cluster = Cluster.homogeneous("fake", nodes=2, gpus=4, cpus=16, mem=64)  # as cluster_view says
+    work_dir = Path("/nonexistent-dlsched-work")
+
+    def admission_problems(self, job) -> list[tuple[str, str]]:
+        return admission_problems(job, self.cluster)
+
+    def job_dir(self, job_id: str) -> Path:
+        return self.work_dir / "jobs" / job_id
 
     def health(self) -> str:
         return self.error
