@@ -237,7 +237,7 @@ class Controller:
         t0 = time.perf_counter()
         try:
             plan = self.policy.schedule(snap)
-            said = self.policy.waiting_reasons(snap, plan)
+            said = self._policy_reasons(snap, plan)
             actions = self.state.diff(plan, self.time.now, self.policy.name)
         except PlanError as exc:  # a policy bug: keep the cluster as it is and say why
             self._decision_failed(f"plan refused: {exc}")
@@ -253,12 +253,20 @@ class Controller:
             if self.metrics is not None:
                 self.metrics.decision_seconds.observe(spent)
         self.last_error = ""
-        self._policy_said, self._last_decision = dict(said or {}), self.time.now
+        self._policy_said, self._last_decision = said, self.time.now
         if self.metrics is not None:
             self.metrics.decision_failing.set(0)
         self.triggers.wake_at(plan.wake_at, self.time.now)
         for a in actions:
             self._act(a)
+
+    def _policy_reasons(self, snap, plan) -> dict[str, str]:
+        """The policy's own words on its waiting jobs; a failure there only costs the words."""
+        try:
+            return {str(k): str(v) for k, v in (self.policy.waiting_reasons(snap, plan) or {}).items()}
+        except Exception:
+            log.exception("policy %r failed to give waiting reasons", self.policy.name)
+            return {}
 
     def _decision_failed(self, message: str) -> None:
         log.error("%s", message)
