@@ -188,3 +188,21 @@ def test_in_memory_and_bad_urls():
     mem.close()
     with pytest.raises(ConfigError, match="bad database URL"):
         Store("not a url at all")
+
+
+def test_a_store_made_before_waiting_reasons_opens_and_gains_the_column(tmp_path):
+    """Issue 17 added `waiting_reason`: a database made by the version before must still open."""
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    old = Store(f"sqlite:///{path}")
+    job = old.add(TrainJob(model="mlp", steps=5))
+    old.close()
+    con = sqlite3.connect(path)
+    con.execute("ALTER TABLE dlsched_jobs DROP COLUMN waiting_reason")  # as the old version made it
+    con.commit()
+    con.close()
+    store = Store(f"sqlite:///{path}")
+    assert store.get(job.id).waiting_reason == ""
+    assert store.update(job.id, waiting_reason="needs 1 CPU").waiting_reason == "needs 1 CPU"
+    store.close()
