@@ -190,6 +190,17 @@ def _make_engine(url: str) -> Engine:
     return engine
 
 
+def _status_filter(statuses: Iterable[str] | None) -> list:
+    """The WHERE clause of "only jobs in `statuses`" (none: all jobs); an unknown status is a ValueError."""
+    if statuses is None:
+        return []
+    wanted = [statuses] if isinstance(statuses, str) else list(statuses)
+    bad = [x for x in wanted if x not in JOB_STATUSES]
+    if bad:
+        raise ValueError(f"unknown job status {bad[0]!r}; known: {', '.join(JOB_STATUSES)}")
+    return [_Job.status.in_(wanted)]
+
+
 def _add_missing_columns(engine: Engine) -> None:
     """Add columns this version declares to tables an older version created (`create_all` only
     creates missing tables). Every such column has a server default, so old rows get a value."""
@@ -260,13 +271,7 @@ class Store:
 
     def list(self, statuses: Iterable[str] | None = None) -> list[JobView]:
         """Jobs oldest first, optionally only those in `statuses`."""
-        stmt = select(_Job).order_by(_Job.seq)
-        if statuses is not None:
-            wanted = [statuses] if isinstance(statuses, str) else list(statuses)
-            bad = [x for x in wanted if x not in JOB_STATUSES]
-            if bad:
-                raise ValueError(f"unknown job status {bad[0]!r}; known: {', '.join(JOB_STATUSES)}")
-            stmt = stmt.where(_Job.status.in_(wanted))
+        stmt = select(_Job).where(*_status_filter(statuses)).order_by(_Job.seq)
         with self._session() as s:
             return [_view(r) for r in s.scalars(stmt)]
 
@@ -276,13 +281,7 @@ class Store:
         and how many jobs match in all (what a client needs to page on)."""
         from sqlalchemy import func
 
-        cond = []
-        if statuses is not None:
-            wanted = [statuses] if isinstance(statuses, str) else list(statuses)
-            bad = [x for x in wanted if x not in JOB_STATUSES]
-            if bad:
-                raise ValueError(f"unknown job status {bad[0]!r}; known: {', '.join(JOB_STATUSES)}")
-            cond.append(_Job.status.in_(wanted))
+        cond = _status_filter(statuses)
         order = _Job.seq.desc() if newest_first else _Job.seq
         stmt = select(_Job).where(*cond).order_by(order).limit(max(0, int(limit))).offset(max(0, int(offset)))
         with self._session() as s:
