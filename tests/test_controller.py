@@ -250,3 +250,20 @@ def test_a_job_that_fits_but_was_not_picked_says_so(tmp_path):
     ctl.waiting_notes[b.id] = "backing off after a failure: next try in 8 s"  # any part of the controller
     ctl.step()
     assert store.get(b.id).waiting_reason == "backing off after a failure: next try in 8 s"
+
+
+def test_a_retried_job_is_taken_in_again_and_resumes_from_its_checkpoint(tmp_path):
+    clock, backend, store, ctl = _setup(tmp_path, make_policy("fifo"), gpus=1)
+    a = store.add(TrainJob(model="mlp", steps=100), now=clock())
+    _drive(ctl, clock, 4)
+    store.request_cancel(a.id)
+    _drive(ctl, clock, 2)
+    cancelled = store.get(a.id)
+    assert cancelled.status == "cancelled" and 0 < cancelled.steps_done < 100
+    store.retry(a.id)
+    _drive(ctl, clock, 60)
+    view = store.get(a.id)
+    assert view.status == "done" and view.steps_done == 100
+    assert backend.launches[-1].job_id == a.id and len(backend.launches) == 2
+    kinds = [e.kind for e in store.events(a.id)]
+    assert kinds[kinds.index("retried"):] == ["retried", "queued", "started", "first-step", "done"], kinds

@@ -242,7 +242,11 @@ def create_app(store: Store, controller: Any = None, metrics: LiveMetrics | None
         if purge:
             job_dir = ctl.job_dir(job_id)
             if job_dir.exists():
-                shutil.rmtree(job_dir)
+                try:
+                    shutil.rmtree(job_dir)
+                except OSError as exc:
+                    raise HTTPException(500, f"job {job_id} was deleted from the store, but its job directory "
+                                             f"{job_dir} could not be removed: {exc}") from None
                 purged = str(job_dir)
         return Deleted(id=view.id, status=view.status, purged=purged)
 
