@@ -186,8 +186,10 @@ def test_status_page_is_self_contained_and_escapes_names(env):
 def test_openapi_declares_every_route(env):
     client, _, _ = env
     schema = client.get("/openapi.json").json()
-    assert {"/jobs", "/jobs/{job_id}", "/jobs/{job_id}/events", "/jobs/{job_id}/cancel", "/cluster", "/metrics",
-            "/", "/healthz"} <= set(schema["paths"])
+    assert {"/jobs", "/jobs/{job_id}", "/jobs/{job_id}/events", "/jobs/{job_id}/cancel", "/jobs/{job_id}/retry",
+            "/cluster", "/metrics", "/", "/healthz"} <= set(schema["paths"])
+    assert "delete" in schema["paths"]["/jobs/{job_id}"]
+    assert "X-Total-Count" in schema["paths"]["/jobs"]["get"]["responses"]["200"]["headers"]
     post = schema["paths"]["/jobs"]["post"]
     assert post["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/TrainJob")
     assert post["responses"]["201"]["content"]["application/json"]["schema"]["$ref"].endswith("/JobView")
@@ -326,3 +328,10 @@ def test_api_docs_work_offline(env):
         assert not [u for u in urls if "://" in u or u.startswith("//")], urls  # nothing from a CDN
         for u in urls:
             assert client.get(u).status_code == 200, u
+
+
+def test_status_page_shows_control_characters_as_escapes(env):
+    client, _, _ = env
+    client.post("/jobs", json={**JOB, "name": "evil\x1b[31m\u202e"})
+    page = client.get("/").text
+    assert "evil\\x1b[31m\\u202e" in page and "\x1b" not in page and "\u202e" not in page

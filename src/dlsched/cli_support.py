@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from dlsched.core.errors import DlschedError, TraceError
+from dlsched.core.text import visible
 
 console = Console()
 if not console.is_terminal:  # piped or in CI: rich would assume 80 columns and squash the table
@@ -22,8 +23,7 @@ def safe(text: object) -> str:
     control or invisible formatting character is shown as its escape (`\\x1b`, `\\n`, `\\u202e`), so
     it cannot recolour the terminal, move the cursor or fake a line, and rich markup is escaped, so
     `[red]` prints as typed. Every command prints user text through this one function."""
-    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
-    return escape(shown)
+    return escape(visible(text))
 
 
 def _error(message: str) -> None:

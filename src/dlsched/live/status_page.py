@@ -14,11 +14,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from html import escape
+from html import escape as _html
 from typing import Any, Mapping, Sequence
 from urllib.parse import urlencode
 
+from dlsched.core.text import visible
 from dlsched.live.store import JobView
+
+
+def escape(text: str) -> str:
+    """User text for the page: control characters shown as escapes, then HTML-escaped."""
+    return _html(visible(text))
 
 REFRESH_SECONDS = 3
 
