@@ -267,3 +267,17 @@ def test_a_retried_job_is_taken_in_again_and_resumes_from_its_checkpoint(tmp_pat
     assert backend.launches[-1].job_id == a.id and len(backend.launches) == 2
     kinds = [e.kind for e in store.events(a.id)]
     assert kinds[kinds.index("retried"):] == ["retried", "queued", "started", "first-step", "done"], kinds
+
+
+def test_strict_fifo_says_which_job_a_waiting_job_is_behind(tmp_path):
+    clock, backend, store, ctl = _setup(tmp_path, make_policy("fifo"), nodes=1, gpus=2)
+    a = store.add(TrainJob(model="mlp", steps=10_000), now=clock())
+    ctl.step()
+    b = store.add(TrainJob(model="mlp", steps=10, workers=2), now=clock())
+    c = store.add(TrainJob(model="mlp", steps=10), now=clock())  # would fit the free slot
+    clock.advance(1)
+    ctl.step()
+    assert store.get(a.id).status == "running" and store.get(c.id).status == "queued"
+    assert store.get(b.id).waiting_reason == "needs 2 GPUs at its smallest size (2 workers), 1 free"
+    assert store.get(c.id).waiting_reason == (f"behind {b.id} in fifo's order: no job starts past one that "
+                                              "does not fit (no backfilling)")
