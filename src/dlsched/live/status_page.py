@@ -119,7 +119,7 @@ def _pager(page: JobPage) -> str:
 def _jobs_html(page: JobPage) -> str:
     if not page.jobs:
         if page.total or page.statuses or page.offset:
-            return f'<p class="muted">no jobs on this page · <a href="/">first page</a></p>'
+            return '<p class="muted">no jobs on this page · <a href="/">first page</a></p>'
         return '<p class="muted">no jobs yet: submit one with <code>dlsched submit job.yaml</code></p>'
     rows = []
     for j in page.jobs:  # newest first
