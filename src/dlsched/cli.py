@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from dlsched.cli_experiments import experiment_app
 from dlsched.cli_live import register_live
 from dlsched.cli_train import train_app
-from dlsched.cli_support import console, err_console, friendly as _friendly
+from dlsched.cli_support import console, err_console, friendly as _friendly, safe
 from dlsched.core.errors import DlschedError
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ def _run(
                          f"durations (1/{SLOT_DIVISOR:g} of the 10th percentile; {HORIZON_FACTOR:g}x the longest "
                          "job); set slot_seconds/horizon under policy_options to override")
     if not quiet:
-        console.print(f"[bold]workload[/] {workload.name}: {len(workload.jobs)} jobs from {workload.source}")
+        console.print(f"[bold]workload[/] {safe(workload.name)}: {len(workload.jobs)} jobs from {safe(workload.source)}")
         console.print(f"[bold]cluster[/]  {cluster.describe()}")
     _show_load(sizing, quiet)
     if not quiet:
@@ -297,10 +297,10 @@ def trace_validate(
     problems = validate_trace(file, trace_format)
     if problems:
         for line in problems:
-            console.print(line, markup=False, highlight=False)
-        err_console.print(f"[bold red]{file}: {len(problems)} problem line(s)[/]")
+            console.print(safe(line), highlight=False)  # a line quotes the trace's cells
+        err_console.print(f"[bold red]{safe(file)}: {len(problems)} problem line(s)[/]")
         raise typer.Exit(1)
-    console.print(f"{file}: OK")
+    console.print(f"{safe(file)}: OK")
 
 
 @trace_app.command("info")
@@ -318,7 +318,7 @@ def trace_info_cmd(
         print(json.dumps(info, indent=2, default=str))
         return
     for key, value in info.items():
-        console.print(f"[bold]{key:<22}[/]{value}", highlight=False)
+        console.print(f"[bold]{key:<22}[/]{safe(value)}", highlight=False)
 
 
 register_live(app)  # serve, submit, status, cancel
