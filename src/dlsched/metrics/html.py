@@ -75,7 +75,9 @@ def page(
         table_html(summary),
         f'<p class="note">{escape(summary_note)}</p>',
         "<p>JCT and queueing delay are over finished jobs only; “–” means the run produced no value "
-        "(no finished job, no job with a deadline). GPU util. counts GPUs making progress; "
+        "(no finished job, no job with a deadline). Queueing counts every wait: before the first start "
+        "and after each preemption or failed run; the wait to first start is the first of them only. "
+        "GPU util. counts GPUs making progress; "
         "held GPU·h are GPUs reserved by jobs waiting for the rest of their gang.</p>",
         "<h2>Plots</h2>",
     ]

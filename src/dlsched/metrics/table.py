@@ -43,7 +43,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("median_jct_h", "median JCT (h)", "median_jct", HOUR, short="p50 h"),
     Column("p95_jct_h", "p95 JCT (h)", "p95_jct", HOUR, short="p95 h"),
     Column("p99_jct_h", "p99 JCT (h)", "p99_jct", HOUR, short="p99 h"),
-    Column("mean_queueing_delay_h", "mean queueing (h)", "mean_queueing_delay", HOUR, short="queue h"),
+    # every wait (first start and after each preemption) vs the wait before the first start only
+    Column("mean_queueing_delay_h", "mean queueing, all waits (h)", "mean_queueing_delay", HOUR, short="queue h"),
+    Column("mean_first_start_delay_h", "mean wait to first start (h)", "mean_first_start_delay", HOUR),
     Column("makespan_h", "makespan (h)", "makespan", HOUR, short="makesp. h"),
     Column("gpu_utilization", "GPU util.", "gpu_utilization", fmt="{:.1%}", short="util"),
     Column("deadline_met_ratio", "deadlines met", "deadline_met_ratio", fmt="{:.1%}", short="ddl met"),
