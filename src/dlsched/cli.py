@@ -71,6 +71,9 @@ def _run(
     if output_format not in ("table", "json"):
         raise DlschedError(f"--format must be 'table' or 'json', not {output_format!r}")
     cfg = load_run_config(config)
+    folder = OutputFolder(out or (Path(cfg.out) if cfg.out else None), "dlsched-report", overwrite, holds_report,
+                          what="a report")
+    folder.check()  # before loading the trace and running, not after
     trace = trace or cfg.trace
     names = parse_policy_list(policies or ",".join(cfg.policies or DEFAULT_POLICIES))
     if seed is not None:
@@ -92,9 +95,6 @@ def _run(
     throughput = default_throughput(root, duration_alpha=cfg.throughput.duration_alpha, dl2=cfg.throughput.dl2)
     sizing = at_load(workload.jobs, cluster, cfg.load if load is None else load, throughput)
     cluster = sizing.cluster
-    requested = out or (Path(cfg.out) if cfg.out else None)
-    folder = OutputFolder(requested, "dlsched-report", overwrite, holds_report, what="a report")
-    folder.check()  # before the runs, not after them
     utility_note = None
     driven = [n for n in names if n in UTILITY_DRIVEN]
     if driven:  # score every policy of the comparison on the same utilities

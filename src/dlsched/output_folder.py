@@ -67,8 +67,9 @@ class OutputFolder:
 
     def claim(self) -> tuple[Path, str]:
         """Create and return the folder to write to, with a note for the user when it is not the
-        one they would expect ("" otherwise). Creating a numbered folder is atomic, so two runs
-        started at once never pick the same one."""
+        one they would expect ("" otherwise). A new folder is created with one `mkdir` (atomic), so
+        two runs claiming at once get different new folders; an existing folder that holds no
+        results (e.g. left empty by a run that failed) is reused."""
         self.check()
         if self.requested is not None:
             self.requested.mkdir(parents=True, exist_ok=True)
