@@ -290,3 +290,45 @@ def test_experiment_folders_are_numbered_or_need_overwrite(tmp_path, monkeypatch
         OutputFolder(Path("x-results"), "x-results").claim()
     assert OutputFolder(Path("x-results"), "x-results", overwrite=True).claim() == (Path("x-results"), "")
     assert OutputFolder(None, "x-results", overwrite=True).claim() == (Path("x-results"), "")
+
+
+# --------------------------------------------------------------------------- the summary table's width
+
+
+def test_summary_table_has_grouped_headers_in_a_wide_box(report):
+    page = report.read_text(encoding="utf-8")
+    box = re.search(r'<h2>Summary</h2>\s*<div class="([^"]*)">\s*<table class="([^"]*)"', page)
+    assert box, "the summary table must follow its heading in its own box"
+    assert {"scroll", "wide"} <= set(box.group(1).split()) and "compact" in box.group(2).split()
+    head = page[box.end():page.index("</thead>", box.end())]
+    assert head.count("<tr") == 2  # group headers over their columns
+    assert re.search(r'<th colspan="4"[^>]*>JCT \(h\)</th>', head)
+
+
+def _browser() -> str | None:
+    import shutil
+
+    return next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+
+
+@pytest.mark.skipif(_browser() is None, reason="needs a headless Chromium to lay the page out")
+def test_every_summary_column_is_visible_at_1400_px(results, tmp_path):
+    """Laid out for real by headless Chromium in a 1400 px window: the summary table (ten
+    policies, one with a long name) is no wider than its box and the box fits the window."""
+    import subprocess
+
+    many = [results[0]] * 9 + [results[2]]
+    index = write_report(many, tmp_path, title="t", workload="w", cluster_desc="c")
+    probe = ("<script>addEventListener('load', () => { const t = document.querySelector('table.data'); "
+             "const b = t.parentElement.getBoundingClientRect(); document.body.dataset.fit = JSON.stringify("
+             "{table: t.scrollWidth, box: t.parentElement.clientWidth, right: b.right, window: innerWidth}); });"
+             "</script></body>")
+    page = tmp_path / "probe.html"
+    page.write_text(index.read_text(encoding="utf-8").replace("</body>", probe), encoding="utf-8")
+    out = subprocess.run([_browser(), "--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000",
+                          "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    found = re.search(r'data-fit="([^"]*)"', out.stdout)
+    assert found, out.stderr[-2000:]
+    fit = json.loads(found.group(1).replace("&quot;", '"'))
+    assert fit["window"] == 1400
+    assert fit["table"] <= fit["box"] and fit["right"] <= fit["window"], fit

@@ -127,7 +127,7 @@ def write_report(
         workload=workload,
         cluster_desc=cluster_desc,
         notes=notes or [],
-        summary=display_table(table),
+        summary=display_table(table, grouped=True),
         summary_note=best_mean_jct_note(table),
         figures=rendered,
         unfinished=missing if any_missing else None,
