@@ -62,6 +62,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("restarts", "restarts", "restarts", fmt="{:,}", short="restarts"),
     Column("preemptions", "preemptions", "preemptions", fmt="{:,}", short="preempt."),
 )
+_HEADING = {c.key: c.heading for c in COLUMNS}
 _INT_KEYS = {"jobs", "finished", "rejected", "unfinished", "restarts", "preemptions"}
 
 
@@ -156,7 +157,7 @@ def render_table(results: Sequence[SimResult], title: str = "") -> Table:
         table.add_column(c.short, justify="right")
     bad = {"rejected", "unfinished"}
     for i in range(len(df)):
-        done = f"{shown.at[i, 'finished']}/{shown.at[i, 'jobs']}"
+        done = f"{shown.at[i, _HEADING['finished']]}/{shown.at[i, _HEADING['jobs']]}"
         cells: list[Text | str] = [str(df.at[i, "policy"]), Text(done, style="bold red" if
                                    df.at[i, "finished"] < df.at[i, "jobs"] else "")]
         for c in cols:
