@@ -227,3 +227,20 @@ def test_dl2_fine_tunes_online_from_measured_progress_in_the_live_loop(tmp_path)
     assert policy.updates > 0
     after = list(policy.net.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(after, before))  # it learned from the live rewards
+
+
+def test_the_service_config_retry_section_reaches_the_controller(tmp_path):
+    from dlsched.core.errors import ConfigError
+    from dlsched.live.service import Service, load_service_config
+
+    path = tmp_path / "service.yaml"
+    path.write_text(f"work_dir: {tmp_path / 'work'}\nbackend: dry\npolicy: fifo\n"
+                    "retry: {attempts: 2, backoff_initial: 1, backoff_max: 60}\n")
+    svc = Service(load_service_config(path))
+    try:
+        assert svc.controller.retry == RetryConfig(attempts=2, backoff_initial=1, backoff_max=60)
+    finally:
+        svc.stop()
+    path.write_text("retry: {backoff_initial: 10, backoff_max: 5}\n")
+    with pytest.raises(ConfigError, match="backoff_max"):
+        load_service_config(path)

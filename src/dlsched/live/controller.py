@@ -230,8 +230,11 @@ class Controller:
         self.state.stop(js, self.time.now, preempted=False)
         note = f"retrying in {delay:.0f} s (attempt {js.failures + 1}/{attempts})"
         self.record.queued(js, "failed-run", o.message or summary, reason=f"run failed: {summary}; {note}")
-        self._park(js, self.time.now + delay)
-        self.record.event(js, "backoff", note, {**data, "delay_s": delay, "retry_at": self.epoch + js.retry_at})
+        if delay > 0:
+            self._park(js, self.time.now + delay)
+            self.record.event(js, "backoff", note, {**data, "delay_s": delay, "retry_at": self.epoch + js.retry_at})
+        else:  # no backoff: it waits for the policy at once, as after a node failure in the simulator
+            self.record.save_retry(js)
 
     def _park(self, js: LiveJobState, until: float) -> None:
         """The job waits out its backoff where no policy sees it (`ClusterState.park`)."""
