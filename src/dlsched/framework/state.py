@@ -114,6 +114,18 @@ class ClusterState:
         self.pending[js.job_id] = js
         self._stopped.append(js)
 
+    def park(self, js: JobState) -> None:
+        """Take a waiting job out of the policy's view until `unpark` (the live controller's retry
+        backoff after a failed run): it stays in `jobs`, holds nothing and no plan may place it."""
+        self._drop_hold(js)
+        del self.pending[js.job_id]
+        self._stopped = [j for j in self._stopped if j is not js]
+
+    def unpark(self, js: JobState) -> None:
+        """A parked job waits for the policy again (it shows as stopped, like a failed run)."""
+        self.pending[js.job_id] = js
+        self._stopped.append(js)
+
     def hold(self, js: JobState, alloc: Allocation | None, now: float) -> None:
         """Reserve a partial placement for a waiting job (nothing runs on it), or release it."""
         js.settle(now)
@@ -237,6 +249,9 @@ class ClusterState:
                     continue
             elif js.status is not JobStatus.PENDING:
                 raise PlanError(f"policy {policy!r} at t={now:.1f}: job {jid!r} is {js.status.value}, it cannot run")
+            elif jid not in self.pending:
+                raise PlanError(f"policy {policy!r} at t={now:.1f}: job {jid!r} is waiting out a retry backoff, "
+                                "it cannot run yet")
             check_shape(policy, now, js.spec, alloc, self.cluster)
             runs.append(Action(Kind.RESIZE if js.status is JobStatus.RUNNING else Kind.START, jid, alloc))
         if plan.keep_running:
@@ -251,7 +266,7 @@ class ClusterState:
         holds: list[Action] = []
         for jid, alloc in plan.held.items():
             js = jobs.get(jid)
-            if js is None or js.status is not JobStatus.PENDING or jid in plan.allocations:
+            if js is None or jid not in self.pending or jid in plan.allocations:
                 raise PlanError(f"policy {policy!r} at t={now:.1f}: held job {jid!r} must be pending and not running")
             if js.held != alloc:
                 check_shape(policy, now, js.spec, alloc, self.cluster, gang=False)

@@ -43,11 +43,11 @@ from dlsched.live.admission import admission_problems
 from dlsched.live.job_record import JobRecord, LiveJobState
 from dlsched.live.spec import TrainJob
 from dlsched.live.waiting import waiting_reasons
+from dlsched.live.retry import RetryConfig, waiting_note
+from dlsched.live.runs import one_line
 
 log = logging.getLogger("dlsched.controller")
 
-#: A run that fails this many times in a row is given up (a bug in the job, not bad luck).
-MAX_FAILURES = 3
 #: What a policy may assume a resize costs before any has been measured.
 DEFAULT_RESTART_OVERHEAD = 5.0
 
@@ -67,13 +67,15 @@ class Controller:
 
     def __init__(self, store, backend: Backend, policy: Policy, *, work_dir: Path, tick: float = 1.0,
                  metrics=None, clock: Callable[[], float] = time.time, seed: int = 0, stop_timeout: float = 30.0,
-                 restart_overhead: float = DEFAULT_RESTART_OVERHEAD):
+                 restart_overhead: float = DEFAULT_RESTART_OVERHEAD, retry: RetryConfig | None = None):
         refusal = live_refusal(policy)
         if refusal:
             raise ConfigError(refusal)
         self.backend, self.policy, self.metrics, self.clock = backend, policy, metrics, clock
         self.tick, self.stop_timeout = tick, stop_timeout
         self.assumed_restart = restart_overhead  # until a pause is measured
+        self.retry = retry or RetryConfig()
+        self.backing_off: dict[str, LiveJobState] = {}  # failed runs waiting out their backoff (parked)
         self.cluster = backend.cluster()
         self.rng = np.random.default_rng(seed)
         self.record = JobRecord(store, Path(work_dir), self.cluster, clock)
@@ -141,8 +143,14 @@ class Controller:
             self.state.end(js, self.time.now, JobStatus.REJECTED, reason)
         if reason:
             self.record.ended(js, "rejected", reason)
-        else:
-            self._happened.add("arrival")
+            return js
+        self._happened.add("arrival")
+        kept = self.record.retry_state(view.id)
+        if kept:  # a service restarted while the job backed off: the count and the wait carry over
+            js.failures, js.failed_at_step = int(kept.get("failures", 0)), float(kept.get("failed_at_step", -1.0))
+            until = kept.get("retry_at")
+            if view.status == "queued" and isinstance(until, (int, float)) and until > self.time.now:
+                self._park(js, float(until))
         return js
 
     # ------------------------------------------------------------------ one round
@@ -151,6 +159,7 @@ class Controller:
         with self._lock:
             self.time.now = self.now()
             self._ingest()
+            self._end_backoffs()
             self._observe()
             reasons = self.triggers.due(self.time.now, self._happened)
             self._happened = set()
@@ -190,6 +199,7 @@ class Controller:
             if o is None:
                 continue
             self._fold(js, o)
+            self._note_resume(js, o)
             done = self.record.done_marker(js.job_id)
             if o.state == "done" or done is not None:  # finished, even while its ranks still exit:
                 self._finish(js, done or {})  # never resize or restart a complete job (`forget` stops the rest)
@@ -216,19 +226,89 @@ class Controller:
             js.observed_rates[(a.num_nodes, a.num_workers, a.num_ps)] = js.rate
 
     def _failed(self, js: LiveJobState, o: Observation) -> None:
-        """A run died without finishing: back to the queue, resuming from its checkpoint."""
+        """A run died without finishing: retried from its checkpoint after a backoff (`live/retry.py`),
+        or, after `retry.attempts` failures in a row without getting further, the job has failed.
+        The event keeps the whole message (log tails); the job's reason is one line."""
         self.backend.forget(js.job_id)
         if o.step > js.failed_at_step:  # it got further than last time: not a crash loop
             js.failures = 0
         js.failures += 1
         js.failed_at_step = max(js.failed_at_step, float(o.step))
         self._happened.add("failure")  # its resources came free
-        if js.failures >= MAX_FAILURES:
-            self._end(js, JobStatus.UNFINISHED, "failed",
-                      f"{js.failures} runs failed in a row; last: {o.message or o.state}")
+        summary = one_line(o.message) or f"run {o.state}"
+        attempts = self.retry.attempts
+        data = {"step": int(o.step), "failures": js.failures, "attempts": attempts, "summary": summary}
+        if js.failures >= attempts:
+            self.record.event(js, "failed-run", o.message or summary, data)
+            runs = "1 run failed" if attempts == 1 else f"{js.failures} runs failed in a row without getting further"
+            self._end(js, JobStatus.UNFINISHED, "failed", f"{runs}; last: {summary}")
             return
+        delay = self.retry.delay(js.failures)
         self.state.stop(js, self.time.now, preempted=False)
-        self.record.queued(js, "failed-run", o.message[:2000] or o.state, reason=o.message[:500])
+        note = f"retrying in {delay:.0f} s (attempt {js.failures + 1}/{attempts})"
+        self.record.queued(js, "failed-run", o.message or summary, reason=f"run failed: {summary}; {note}")
+        if delay > 0:
+            self._park(js, self.time.now + delay)
+            self.record.event(js, "backoff", note, {**data, "delay_s": delay, "retry_at": self.epoch + js.retry_at})
+        else:  # no backoff: it waits for the policy at once, as after a node failure in the simulator
+            self.record.save_retry(js)
+
+    def _park(self, js: LiveJobState, until: float) -> None:
+        """The job waits out its backoff where no policy sees it (`ClusterState.park`)."""
+        js.retry_at = until
+        self.state.park(js)
+        self.backing_off[js.job_id] = js
+        self.record.save_retry(js)
+
+    def _end_backoffs(self) -> None:
+        """Jobs whose backoff is over wait for the policy again."""
+        for jid, js in list(self.backing_off.items()):
+            if js.retry_at is not None and js.retry_at > self.time.now:
+                continue
+            del self.backing_off[jid]
+            js.retry_at = None
+            self.state.unpark(js)
+            self.record.save_retry(js)
+            self.record.event(js, "retry", f"backoff over: waiting for the policy (attempt {js.failures + 1}/"
+                              f"{self.retry.attempts})")
+            self._happened.add("arrival")  # it is back in the queue
+
+    def waiting_note(self, job_id: str) -> str:
+        """Why a queued job is not placed, as far as retries go: "retrying in 40 s (attempt 2/5)",
+        or "" when it is not backing off (what the API and status page can show)."""
+        js = self.backing_off.get(job_id)
+        if js is None or js.retry_at is None:
+            return ""
+        return waiting_note(js.retry_at, self.now(), js.failures + 1, self.retry.attempts)
+
+    def _note_resume(self, js: LiveJobState, o: Observation) -> None:
+        """Turn the trainer's "resume" record into an event when the run did not start where the
+        job was: a newer checkpoint was bad (fallback), none was usable, or none was there."""
+        rec = o.resume
+        run = rec.get("run") if rec is not None else None
+        if rec is None or run == js.resume_noted:
+            return
+        js.resume_noted = run
+        step = rec.get("step") if isinstance(rec.get("step"), int) else 0
+        problems = [str(p) for p in rec.get("problems") or []]
+        used = rec.get("checkpoint")
+        known = js.resume_expected
+        lost = max(0, known - step) if known is not None else None
+        steps_lost = f", {lost} steps lost" if lost is not None else ""
+        if problems and used:
+            kind = "checkpoint-fallback"
+            msg = f"newest checkpoint unusable ({problems[0]}): resumed from {used} at step {step}{steps_lost}"
+        elif problems:
+            kind = "checkpoint-unusable"
+            msg = f"no usable checkpoint ({'; '.join(problems)}): restarting from step 0{steps_lost}"
+        elif used is None and known:
+            kind, msg = "checkpoint-missing", f"checkpoint missing: restarting from step 0, {lost} steps lost"
+        else:
+            return
+        if known is None and self.record.noted(js.job_id, kind, run):
+            return  # an adopted run: said before this service restarted
+        self.record.event(js, kind, msg, {"run": run, "step": step, "lost_steps": lost, "checkpoint": used,
+                                          "problems": problems})
 
     # ------------------------------------------------------------------ decisions
     def _decide(self, reasons: tuple[str, ...]) -> None:
@@ -298,6 +378,7 @@ class Controller:
             self._pending_pause.setdefault(js.job_id, (self.clock(), "start" if js.first_start is None else (
                 "resize" if old else "restart")))
             self.state.apply(a, self.time.now)
+            js.resume_expected = int(js.reported_progress)  # what its "resume" record is checked against
             self.backend.start(self._launch(js, a.allocation, attempt=js.attempt))
             js.attempt += 1
             self.record.running(js, a.allocation)
@@ -333,6 +414,8 @@ class Controller:
         """A terminal state: done, failed, cancelled or rejected."""
         self.state.end(js, self.time.now, status, reason)
         self._pending_pause.pop(js.job_id, None)
+        if self.backing_off.pop(js.job_id, None) is not None or js.failures:
+            self.record.clear_retry(js.job_id)
         self._happened.add("completion")
         self.record.ended(js, label, reason, **fields)
 
@@ -345,7 +428,8 @@ class Controller:
     def _publish_waiting(self) -> None:
         """Write why each queued job waits (changed ones only) and clear it for jobs that left the queue."""
         queued = {jid: js for jid, js in self.state.jobs.items() if js.status is JobStatus.PENDING}
-        now = waiting_reasons(queued, self.state.free, self.cluster, notes=self.waiting_notes,
+        notes = {**self.waiting_notes, **{jid: self.waiting_note(jid) for jid in self.backing_off}}
+        now = waiting_reasons(queued, self.state.free, self.cluster, notes=notes,
                               policy_said=self._policy_said, policy=self.policy.name,
                               last_decision=self._last_decision)
         changed = {jid: {"waiting_reason": r} for jid, r in now.items() if self._waiting.get(jid) != r}
@@ -388,7 +472,7 @@ class Controller:
     def idle(self) -> bool:
         """No job waiting or running (what a batch run waits for)."""
         with self._lock:
-            return not (self.state.pending or self.state.running)
+            return not (self.state.pending or self.state.running or self.backing_off)
 
     def shutdown(self, stop_jobs: bool = True) -> None:
         """Stop the running jobs (checkpointing; they resume when the service starts again) or
