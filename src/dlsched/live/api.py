@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, Field
 
+from dlsched.live.auth import ApiAuth
 from dlsched.live.metrics import CONTENT_TYPE, LiveMetrics
 from dlsched.live.spec import TrainJob
 from dlsched.live.status_page import render_status_page
@@ -87,13 +88,16 @@ def describe_problems(errors: list[dict[str, Any]]) -> str:
     return "; ".join(lines)
 
 
-def create_app(store: Store, controller: Any = None, metrics: LiveMetrics | None = None) -> FastAPI:
-    """The API over `store`. `controller` (optional) answers /cluster; `metrics` is served at /metrics."""
+def create_app(store: Store, controller: Any = None, metrics: LiveMetrics | None = None,
+               auth: ApiAuth | None = None) -> FastAPI:
+    """The API over `store`. `controller` (optional) answers /cluster; `metrics` is served at /metrics;
+    `auth` (optional) guards every route, including those added later, by method (`live/auth.py`)."""
     metrics = metrics if metrics is not None else LiveMetrics()
     app = FastAPI(
         title="dlsched",
         version="1",
         description="Submit distributed PyTorch training jobs to the dlsched live scheduler and watch them run.",
+        dependencies=auth.dependencies() if auth is not None else None,
     )
     app.state.store = store
     app.state.controller = controller

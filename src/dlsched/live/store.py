@@ -255,6 +255,7 @@ class Store:
 
     def __init__(self, url: str):
         self.url = url
+        self.shown_url = mask_url(url)  # what messages may show of it
         self.engine = _make_engine(url)
         # SQLite allows one writer; serialising our own writes avoids busy retries between the
         # API's threads and the controller (other processes still wait on busy_timeout).
