@@ -2,37 +2,19 @@
 
 from __future__ import annotations
 
-import os
 import threading
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from dlsched.core.errors import ConfigError
 from dlsched.live.spec import TrainJob
 from dlsched.live.store import Store, parse_job_id
+from tests.databases import db_url  # noqa: F401 - the fixture: SQLite, and PostgreSQL when configured
 
 
 def _job(**kw) -> TrainJob:
     return TrainJob(**{"model": "mlp", "steps": 10, **kw})
-
-
-#: A PostgreSQL database the store tests may empty, e.g. postgresql+psycopg://user@127.0.0.1:5432/test
-#: (needs `pip install 'dlsched[postgres]'`). Without it the tests run on SQLite only.
-PG_URL = os.environ.get("DLSCHED_TEST_PG_URL")
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request, tmp_path):
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'db' / 'dlsched.db'}"  # parent folder created on demand
-    if not PG_URL:
-        pytest.skip("set DLSCHED_TEST_PG_URL to run the store tests on PostgreSQL too")
-    engine = create_engine(PG_URL)
-    with engine.begin() as conn:  # every test starts from an empty database
-        conn.execute(text("DROP TABLE IF EXISTS dlsched_events, dlsched_meta, dlsched_jobs CASCADE"))
-    engine.dispose()
-    return PG_URL
 
 
 @pytest.fixture
