@@ -18,9 +18,12 @@ import logging
 import os
 import secrets
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping
+
+from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from dlsched.core.errors import ConfigError
 
@@ -69,7 +72,7 @@ def resolve_token(token_file: Path | None, env: Mapping[str, str] = os.environ) 
 class ApiAuth:
     """A token and what it guards; `create_app(..., auth=ApiAuth(...))` installs the check."""
 
-    token: str
+    token: str = field(repr=False)  # never in a log line or a traceback
     scope: AuthScope = "writes"
 
     def __post_init__(self) -> None:
@@ -85,9 +88,6 @@ class ApiAuth:
 
     def dependencies(self) -> list[Any]:
         """The app-level dependency list for FastAPI(dependencies=...)."""
-        from fastapi import Depends, HTTPException, Request
-        from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-
         bearer = HTTPBearer(auto_error=False, description=(
             "the service's token; needed for POST/PUT/PATCH/DELETE" + (" and every read" if self.scope == "all" else "")))
         expected = self.token.encode()

@@ -230,6 +230,17 @@ def _restore_signals(previous: dict) -> None:
         signal.signal(sig, handler)
 
 
+def exposure_warning(host: str, auth: ApiAuth | None) -> str:
+    """What to say loudly when the API listens beyond this machine ("" on loopback)."""
+    if is_loopback(host):
+        return ""
+    if auth is None:
+        return (f"binding {host} with no token: anyone who can reach this port can submit and cancel jobs; "
+                "set one with --token-file or DLSCHED_TOKEN (docs/LIVE.md, Security)")
+    reads = "" if auth.scope == "all" else "; reads are open (jobs, status page, metrics): auth: all closes them"
+    return f"binding {host}: the token travels in clear over plain HTTP, put a TLS proxy in front{reads}"
+
+
 def bind_api_socket(host: str, port: int) -> socket.socket:
     """The API's listening socket, bound before anything else starts: a port already taken is a
     one-line error before the store is opened or a job touched. Listening at once also keeps a
@@ -261,13 +272,9 @@ def run_service(cfg: ServiceConfig, *, announce=print) -> None:
     from dlsched.live.store import mask_url
 
     auth = cfg.api_auth()  # a missing token file fails before anything is bound
-    if not is_loopback(cfg.host):
-        if auth is None:
-            log.warning("binding %s with no token: anyone who can reach this port can submit and cancel jobs; "
-                        "set one with --token-file or DLSCHED_TOKEN (docs/LIVE.md, Security)", cfg.host)
-        else:
-            log.warning("binding %s: the token travels in clear over plain HTTP; put a TLS proxy in front%s",
-                        cfg.host, "" if auth.scope == "all" else ", and note that reads are open (auth: all closes them)")
+    warning = exposure_warning(cfg.host, auth)
+    if warning:
+        log.warning("%s", warning)
     sock = bind_api_socket(cfg.host, cfg.port)
     with sock:
         port = sock.getsockname()[1]
