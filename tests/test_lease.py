@@ -88,6 +88,12 @@ def test_a_dead_process_on_this_host_is_taken_over_at_once(db_url):
     with pytest.raises(OwnedElsewhere):
         other.acquire()
     other.store.close()
+    # the same host name in another PID namespace (a container): its pid means nothing here
+    mine.release()
+    assert store.lease_swap(None, {**_owner(pid=dead.pid, pid_ns="pid:[1]").__dict__, "heartbeat_at": clock.t,
+                                   "ttl": 3600.0})
+    with pytest.raises(OwnedElsewhere):
+        StoreLease(store, Owner.me(port=1), clock=clock).acquire()
     store.close()
 
 

@@ -66,6 +66,15 @@ def _process_start(pid: int) -> float | None:
         return -1.0
 
 
+def _pid_namespace() -> str:
+    """This process's PID namespace ("" where there is none to read): two containers may share a
+    host name (docker --network host) while their pids mean different processes."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
 @dataclass(frozen=True)
 class Owner:
     """Who holds a lease: enough to name it to a person and to tell whether it is still alive."""
@@ -76,24 +85,26 @@ class Owner:
     proc_started: float
     port: int | None
     since: float
+    pid_ns: str = ""
 
     @classmethod
     def me(cls, port: int | None, clock: Callable[[], float] = time.time) -> "Owner":
         return cls(owner_id=uuid.uuid4().hex, host=socket.gethostname(), pid=os.getpid(),
-                   proc_started=_process_start(os.getpid()) or 0.0, port=port, since=clock())
+                   proc_started=_process_start(os.getpid()) or 0.0, port=port, since=clock(),
+                   pid_ns=_pid_namespace())
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Owner":
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
     def describe(self) -> str:
         port = f", port {self.port}" if self.port is not None else ""
         return f"pid {self.pid} on host {self.host}{port}, since {_when(self.since)}"
 
     def gone(self) -> bool:
-        """Known dead: it ran on this host and no process with its pid and start time exists.
-        (On another host nothing can be known: only its heartbeat tells.)"""
-        if self.host != socket.gethostname():
+        """Known dead: it ran on this host, in our PID namespace, and no process with its pid and
+        start time exists. (Elsewhere nothing can be known: only its heartbeat tells.)"""
+        if self.host != socket.gethostname() or self.pid_ns != _pid_namespace():
             return False
         started = _process_start(self.pid)
         return started is None or (started >= 0 and abs(started - self.proc_started) > 1.0)

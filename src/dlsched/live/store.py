@@ -153,10 +153,12 @@ class _Lease(_Base):
     since: Mapped[float] = mapped_column(Double)
     heartbeat_at: Mapped[float] = mapped_column(Double)
     ttl: Mapped[float] = mapped_column(Double)
+    pid_ns: Mapped[str] = mapped_column(Text, default="")
 
 
 #: The columns of the lease row, as `Store.lease_holder` returns them.
-LEASE_FIELDS: tuple[str, ...] = ("owner_id", "host", "pid", "proc_started", "port", "since", "heartbeat_at", "ttl")
+LEASE_FIELDS: tuple[str, ...] = ("owner_id", "host", "pid", "proc_started", "port", "since", "heartbeat_at", "ttl",
+                                 "pid_ns")
 _LEASE_ROW = 1
 
 
