@@ -24,11 +24,11 @@ import socket
 import threading
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dlsched.core.errors import ConfigError
+from dlsched.core.errors import ConfigError, DlschedError
 from dlsched.live.auth import ApiAuth, AuthScope, read_secret_file, resolve_token
 from dlsched.live.lease import DEFAULT_TTL, Owner, StopWhenLost, StoreLease, WorkDirLock
 
@@ -156,7 +156,7 @@ class Service:
             cfg.work_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"cannot create the work dir {cfg.work_dir}: {exc.strerror or exc}") from None
-        self.on_lost: list = []  # called (with the reason) if the store lease is lost while serving
+        self.on_lost: list[Callable[[str], None]] = []  # called with the reason if the lease is lost while serving
         owner = Owner.me(port if port is not None else cfg.port)
         with ExitStack() as undo:
             self.work_dir_lock = WorkDirLock(cfg.work_dir, owner)
@@ -267,7 +267,6 @@ def run_service(cfg: ServiceConfig, *, announce=print) -> None:
     """Serve until SIGINT/SIGTERM, then shut down cleanly (see the module docstring)."""
     import uvicorn
 
-    from dlsched.core.errors import DlschedError
     from dlsched.live.api import create_app
     from dlsched.live.store import mask_url
 
