@@ -4,7 +4,9 @@ Both drivers keep their jobs here — the simulator (virtual clock, throughput m
 controller (wall clock, backend) — so a job is admitted, started, resized, preempted, held,
 finished and rejected by the same code in both. A decision is: `snapshot` → policy → `diff`
 (which validates the whole plan before anything changes) → the driver carries out the Actions,
-calling `start`/`stop`/`hold`/`end` here as it does.
+calling `start`/`stop`/`hold`/`end` here as it does. Each of them settles the job first, which
+folds what accrued since its last change — progress, service, and the time it waited
+(`JobState.waited`, every wait, not only the first) — so no accounting needs per-tick work.
 
 Jobs live in insertion-ordered dicts (`pending`, `running`, `holding`) updated as jobs move, so a
 decision never rebuilds them; the snapshot also carries what changed since the previous one

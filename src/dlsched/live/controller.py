@@ -39,7 +39,10 @@ from dlsched.framework.actions import Action, Kind
 from dlsched.framework.state import ClusterState
 from dlsched.framework.triggers import Triggers
 from dlsched.live.backend import Backend, Launch, Observation
+from dlsched.live.admission import admission_problems
 from dlsched.live.job_record import JobRecord, LiveJobState
+from dlsched.live.spec import TrainJob
+from dlsched.live.waiting import waiting_reasons
 
 log = logging.getLogger("dlsched.controller")
 
@@ -87,6 +90,13 @@ class Controller:
         self._pending_pause: dict[str, tuple[float, str]] = {}  # job -> (unix time asked, kind)
         self._happened: set[str] = set()
         self.last_error = ""  # why the last decision failed; "" once one succeeds
+        # Why queued jobs wait: `waiting_notes` is for any part of the controller to set (a job
+        # backing off after a failure) and wins over the computed reason; `_policy_said` is the
+        # policy's own word at its last decision; `_waiting` is what the store shows now.
+        self.waiting_notes: dict[str, str] = {}
+        self._policy_said: dict[str, str] = {}
+        self._last_decision: float | None = None
+        self._waiting: dict[str, str] = {}
         self._lock = threading.Lock()
         policy.reset(self.cluster, seed)
         self._recover()
@@ -103,6 +113,8 @@ class Controller:
         finished meanwhile it is marked done (never run again); otherwise it waits for the policy
         and resumes from its checkpoint."""
         for view in self.store.list(["queued", "running"]):
+            if view.waiting_reason:  # the last service's word: replaced (or cleared) on the first round
+                self._waiting[view.id] = view.waiting_reason
             js = self._admit(view)
             if view.status != "running" or js.status is not JobStatus.PENDING:
                 continue
@@ -123,6 +135,10 @@ class Controller:
         js = LiveJobState.from_view(view, self.epoch, self.time, index=self.admitted)
         self.admitted += 1
         reason = self.state.arrive(js, self.time.now)
+        demand = view.spec.demand_problems()
+        if not reason and demand:  # stored before the rule, or by a client that skipped it
+            reason = f"{demand[0][0]}: {demand[0][1]}"
+            self.state.end(js, self.time.now, JobStatus.REJECTED, reason)
         if reason:
             self.record.ended(js, "rejected", reason)
         else:
@@ -141,6 +157,7 @@ class Controller:
             if reasons and (self.state.pending or self.state.running):
                 self._decide(reasons)
             self.record.publish(self.state, self.metrics)
+            self._publish_waiting()
             self._forget_ended()
 
     def run(self, stop: threading.Event) -> None:
@@ -220,6 +237,7 @@ class Controller:
         t0 = time.perf_counter()
         try:
             plan = self.policy.schedule(snap)
+            said = self._policy_reasons(snap, plan)
             actions = self.state.diff(plan, self.time.now, self.policy.name)
         except PlanError as exc:  # a policy bug: keep the cluster as it is and say why
             self._decision_failed(f"plan refused: {exc}")
@@ -235,11 +253,20 @@ class Controller:
             if self.metrics is not None:
                 self.metrics.decision_seconds.observe(spent)
         self.last_error = ""
+        self._policy_said, self._last_decision = said, self.time.now
         if self.metrics is not None:
             self.metrics.decision_failing.set(0)
         self.triggers.wake_at(plan.wake_at, self.time.now)
         for a in actions:
             self._act(a)
+
+    def _policy_reasons(self, snap, plan) -> dict[str, str]:
+        """The policy's own words on its waiting jobs; a failure there only costs the words."""
+        try:
+            return {str(k): str(v) for k, v in (self.policy.waiting_reasons(snap, plan) or {}).items()}
+        except Exception:
+            log.exception("policy %r failed to give waiting reasons", self.policy.name)
+            return {}
 
     def _decision_failed(self, message: str) -> None:
         log.error("%s", message)
@@ -315,6 +342,19 @@ class Controller:
             del self.state.jobs[jid]
             self.record.forget(jid, self.metrics)
 
+    def _publish_waiting(self) -> None:
+        """Write why each queued job waits (changed ones only) and clear it for jobs that left the queue."""
+        queued = {jid: js for jid, js in self.state.jobs.items() if js.status is JobStatus.PENDING}
+        now = waiting_reasons(queued, self.state.free, self.cluster, notes=self.waiting_notes,
+                              policy_said=self._policy_said, policy=self.policy.name,
+                              last_decision=self._last_decision)
+        changed = {jid: {"waiting_reason": r} for jid, r in now.items() if self._waiting.get(jid) != r}
+        changed.update({jid: {"waiting_reason": ""} for jid in self._waiting if jid not in now})
+        self.store.update_many(changed)
+        self._waiting = now
+        for jid in [j for j in self.waiting_notes if j not in queued]:
+            del self.waiting_notes[jid]  # a note is about one wait: it ends when the job leaves the queue
+
     def _count(self, kind: str) -> None:
         if self.metrics is not None:
             self.metrics.actions_total.labels(kind=kind).inc()
@@ -332,6 +372,14 @@ class Controller:
                               "used_mem_gb": float(used[i, 2]), "jobs": jobs})
             return {"nodes": nodes, "policy": self.policy.name, "backend": self.backend.name,
                     "decisions": self.decisions, "last_error": self.last_error}
+
+    def admission_problems(self, job: TrainJob) -> list[tuple[str, str]]:
+        """Why `job` may not be admitted to this cluster ([] when it may): asked by the API at submit."""
+        return admission_problems(job, self.cluster)
+
+    def job_dir(self, job_id: str) -> Path:
+        """Where the job's checkpoints and progress live (what `DELETE /jobs/{id}?purge=true` removes)."""
+        return self.record.job_dir(job_id)
 
     def health(self) -> str:
         """"" when the last decision succeeded, else why it failed."""
