@@ -6,6 +6,8 @@ import importlib.util
 import threading
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy import text
 
 from dlsched.core.errors import ConfigError
@@ -298,3 +300,10 @@ def test_db_url_and_db_url_file_replace_each_other_across_layers(tmp_path):
     cfg_file.write_text(f"db_url: sqlite:////tmp/cfg.db\ndb_url_file: {url_file}\n")
     with pytest.raises(ConfigError, match="give db_url or db_url_file, not both"):
         load_service_config(cfg_file)
+
+
+@given(password=st.text(min_size=1, max_size=40), user=st.from_regex(r"[a-z]{0,8}", fullmatch=True))
+@settings(max_examples=300, deadline=None)
+def test_mask_url_masks_any_password_whole(password, user):
+    assert mask_url(f"postgresql+psycopg://{user}:{password}@dbhost:5432/jobs") == \
+        f"postgresql+psycopg://{user}:***@dbhost:5432/jobs"

@@ -182,7 +182,7 @@ def _view(row: _Job) -> JobView:
 
 #: user:password@ of a URL: everything up to the last @ is the secret (an unencoded password may
 #: hold @ or /, and SQLAlchemy would then parse part of it as the host: so no parser is trusted here).
-_PASSWORD = re.compile(r"(?P<keep>//[^/?#@:]*:)(?P<secret>.*)@")
+_PASSWORD = re.compile(r"(?P<keep>//[^/?#@:]*:)(?P<secret>.*)@", re.S)
 
 
 def mask_url(url: str) -> str:
