@@ -310,7 +310,7 @@ def trace_validate(
     problems = validate_trace(file, trace_format)
     if problems:
         for line in problems:
-            console.print(safe(line), highlight=False)  # a line quotes the trace's cells
+            console.print(safe(line), highlight=False, soft_wrap=True)  # a line quotes the trace's cells
         err_console.print(f"[bold red]{safe(file)}: {len(problems)} problem line(s)[/]")
         raise typer.Exit(1)
     console.print(f"{safe(file)}: OK")
