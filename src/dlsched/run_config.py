@@ -108,5 +108,5 @@ def load_run_config(path: str | Path | None) -> RunConfig:
         return RunConfig()
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"config file {p} does not exist")
-    return read_yaml_model(p, RunConfig, "config file")
+        raise ConfigError(f"run config {p} does not exist")
+    return read_yaml_model(p, RunConfig, "run config")

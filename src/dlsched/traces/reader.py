@@ -67,7 +67,7 @@ def read_csv(
         log.add(header_line, "-", f"file is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})")
         return None
     except (pd.errors.ParserError, csv.Error) as exc:  # e.g. a quote never closed
-        log.add(header_line, "-", f"not a CSV file: {' '.join(str(exc).split())}")
+        log.add(header_line, "-", f"not valid CSV: {' '.join(str(exc).split())}")
         return None
     df.columns = [str(c).strip() for c in df.columns]
     missing = [c for c in required if c not in df.columns]
@@ -90,15 +90,20 @@ def _read_ragged(path: Path, log: ProblemLog, kwargs: dict, skiprows: int) -> pd
     with open(path, newline="", encoding="utf-8", errors="replace") as f:
         for _ in range(skiprows):
             f.readline()
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None:
-            log.add(skiprows + 1, "-", "file is empty (no header)")
+        reader = csv.reader(f, strict=True)  # strict: a quote never closed is an error, not rows lost
+        try:
+            header = next(reader, None)
+            if header is None:
+                log.add(skiprows + 1, "-", "file is empty (no header)")
+                return None
+            n = len(header)
+            for row in reader:
+                if len(row) > n:
+                    log.add(reader.line_num + skiprows, "-", f"row has {len(row)} fields, the header has {n}")
+        except csv.Error as exc:
+            hint = " (a quote never closed?)" if "end of data" in str(exc) else ""
+            log.add(reader.line_num + skiprows, "-", f"not valid CSV: {exc}{hint}")
             return None
-        n = len(header)
-        for row in reader:
-            if len(row) > n:
-                log.add(reader.line_num + skiprows, "-", f"row has {len(row)} fields, the header has {n}")
     with warnings.catch_warnings():  # the truncation pandas warns about is reported above
         warnings.simplefilter("ignore", pd.errors.ParserWarning)
         return pd.read_csv(path, engine="python", on_bad_lines=lambda bad: bad[:n], **kwargs)
