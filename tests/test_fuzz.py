@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from dlsched.core.errors import DlschedError
@@ -318,3 +318,54 @@ def test_run_flags_raise_only_our_errors(flags):
     from dlsched.run_config import RunConfig, with_flags
 
     only_our_errors(lambda: with_flags(RunConfig(), **flags))
+
+
+# --------------------------------------------------------------------------- loaded means runnable
+
+EXTREMES = st.one_of(st.sampled_from(["0", "0.5", "1e6", "999999", "1e9", "1e12", "1e15", "-1", "1e308", "inf"]),
+                     st.floats(min_value=0, max_value=1e16).map(repr), st.integers(0, 10**7).map(str))
+
+
+@st.composite
+def row(draw: st.DrawFn) -> list[str]:
+    """Mostly empty or plausible cells (so that many files load), one in five extreme;
+    submit_time and iterations are required, so never empty."""
+    cells = []
+    for col in NUMERIC_COLUMNS:
+        if draw(st.integers(0, 4)) == 0:
+            cells.append(draw(EXTREMES))
+        else:
+            plausible = ["1", "2", "100", "3600"] if col not in ("min_workers", "max_workers", "deadline") else ["1"]
+            cells.append(draw(st.sampled_from(plausible + ([] if col in ("submit_time", "iterations") else [""] * 4))))
+    return cells
+
+
+NUMERIC_COLUMNS = ["submit_time", "iterations", "duration", "num_workers", "worker_gpu", "worker_cpu", "worker_mem",
+                   "min_workers", "max_workers", "deadline", "priority", "batch_size"]
+
+
+@FUZZ
+@given(rows=st.lists(row(), min_size=1, max_size=3), arch=st.sampled_from(["allreduce", "allreduce", "ps", "single"]))
+def test_a_trace_that_loads_also_simulates(folder, rows, arch):
+    """What `trace validate` accepts, `simulate` runs: `num_gpu=1e308` used to pass validation and
+    then fail in the engine, blaming the policy. A job too large for the cluster is rejected by
+    the engine with its reason, not an exception."""
+    from dlsched.core.errors import DlschedError
+    from dlsched.policies.registry import make_policy
+    from dlsched.presets import load_cluster
+    from dlsched.sim.config import SimConfig
+    from dlsched.sim.engine import simulate
+    from dlsched.throughput.registry import default_throughput
+    from dlsched.traces import load_trace
+
+    lines = ["job_id,arch," + ",".join(NUMERIC_COLUMNS)] + [f"j{i},{arch}," + ",".join(r) for i, r in enumerate(rows)]
+    p = folder / "runnable.csv"
+    p.write_text("\n".join(lines) + "\n")
+    w = only_our_errors(lambda: load_trace(p, "dlsched"))
+    event("loaded" if w is not None else "refused")
+    if w is None:
+        return
+    try:
+        simulate(w.jobs, load_cluster("itp-small"), make_policy("fifo"), default_throughput(None), SimConfig(max_time=1e13))
+    except DlschedError as exc:  # only a policy error naming a bad plan would be a bug here
+        pytest.fail(f"a loaded trace failed in the simulator: {exc}")
