@@ -310,7 +310,7 @@ def test_yaml_loader_raises_only_our_errors(folder, name, data):
 
 @FUZZ
 @given(flags=st.fixed_dictionaries({}, optional={
-    "limit": st.integers(), "seed": st.integers(), "load": st.floats(),
+    "limit": st.integers(), "seed": st.integers(),
     "policies": st.lists(st.text(max_size=8), max_size=3), "trace": st.text(max_size=5),
     "cluster": st.text(max_size=5), "profiles": st.text(max_size=5),
 }))

@@ -74,7 +74,7 @@ def _run(
         raise DlschedError(f"--profiles must be one of {', '.join(PROFILE_MODES)}, not {profiles!r}")
     cfg = with_flags(load_run_config(config), trace=trace, trace_format=trace_format, cluster=cluster_name,
                      policies=None if policies is None else parse_policy_list(policies), limit=limit,
-                     load=load, elastic=elastic, profiles=profiles, seed=seed)
+                     elastic=elastic, profiles=profiles, seed=seed)
     trace, limit, elastic, profiles = cfg.trace, cfg.limit, cfg.elastic, cfg.profiles
     names = cfg.policies or list(DEFAULT_POLICIES)
     for n in names:  # every policy's options checked before the first one runs
@@ -92,7 +92,7 @@ def _run(
         workload = default_workload(measured=profiles != "off", elastic=elastic, limit=limit)
     cluster = load_cluster(cfg.cluster) if cfg.cluster else trace_cluster(workload)
     throughput = default_throughput(root, duration_alpha=cfg.throughput.duration_alpha, dl2=cfg.throughput.dl2)
-    sizing = at_load(workload.jobs, cluster, cfg.load, throughput)
+    sizing = at_load(workload.jobs, cluster, cfg.load if load is None else load, throughput)  # it checks --load
     cluster = sizing.cluster
     utility_note = None
     driven = [n for n in names if n in UTILITY_DRIVEN]
