@@ -19,6 +19,12 @@ ITP = "job_id,submission_time,duration,num_gpu\n"
 CANONICAL = "job_id,submit_time,duration\n"
 
 
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    """A command that wrongly succeeds writes its report here, not into the checkout."""
+    monkeypatch.chdir(tmp_path)
+
+
 def run(*args: str):
     return CliRunner().invoke(app, list(args))
 

@@ -72,8 +72,7 @@ def _as_value_error(fn, *args):
 #: Command-line options that override a run config's keys.
 FLAGS: dict[str, str] = {
     "trace": "--trace", "trace_format": "--trace-format", "cluster": "--cluster", "policies": "--policies",
-    "limit": "--limit", "elastic": "--elastic/--rigid", "profiles": "--profiles",
-    "out": "--out", "seed": "--seed",
+    "limit": "--limit", "elastic": "--elastic/--rigid", "profiles": "--profiles", "seed": "--seed",
 }  # fmt: skip
 
 
