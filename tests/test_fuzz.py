@@ -81,17 +81,22 @@ TOKENS = ["", "0", "-1", "1", "1.5", "1e308", "-1e308", "1e-308", "9" * 30, "inf
           "2001-02-30", "0x10", "1_000", "[", "{", "}", "sigmoid(1,2,3)", "sigmoid(inf,1,1)", '{"a":1}', "..", "/",
           "../../etc", "💥", "\u202e", "-0", "+5", " 3 ", "1e400", "18446744073709551616"]
 ALPHABET = [t for t in TOKENS if t] + list(string.printable) + ["\xff", "\x80", "\x00", "\ufeff"]
+# YAML that parses but cannot be built, or is built into something odd
+YAML_TOKENS = [" 2001-02-30", " !!int x", " !!float y", " !!binary @", " !!set {a}", " !!python/object:os.system x",
+               " &a [1]", " *a", " *nope", "? [a]: 1\n", " [" * 2000, " 1" + "0" * 5000, " 0o777", " 1e400", " .nan",
+               " .inf", " -.inf", " ~", " <<: {a: 1}", "\t", " '", ' "\\x"']
 
 
 @st.composite
-def mutated(draw: st.DrawFn, text: str) -> bytes:
+def mutated(draw: st.DrawFn, text: str, extra: tuple[str, ...] = ()) -> bytes:
     """`text` with a few random edits: delete, insert or replace a span by odd tokens."""
     data = text
     for _ in range(draw(st.integers(1, 6))):
         i = draw(st.integers(0, len(data)))
         j = draw(st.integers(i, min(len(data), i + 12)))
         op = draw(st.sampled_from(["delete", "insert", "replace"]))
-        token = "" if op == "delete" else draw(st.sampled_from(ALPHABET))
+        token = "" if op == "delete" else draw(st.sampled_from(extra) if extra and draw(st.booleans())
+                                               else st.sampled_from(ALPHABET))
         data = data[:i] + token + data[j if op != "insert" else i:]
     raw = data.encode("utf-8", "surrogatepass")
     if draw(st.booleans()) and raw:  # sometimes a raw byte that is not UTF-8
@@ -287,6 +292,18 @@ def yaml_documents(draw: st.DrawFn, sample: str, keys: list[str]) -> bytes:
     return yaml.safe_dump(doc, allow_unicode=True).encode("utf-8", "surrogatepass")
 
 
+@st.composite
+def raw_values(draw: st.DrawFn, sample: str) -> bytes:
+    """The sample with the value of one `key: value` replaced by raw YAML that parses but may not
+    build (a date that does not exist, a bad tag, thousands of brackets...)."""
+    lines = sample.splitlines()
+    keyed = [i for i, line in enumerate(lines) if ": " in line]
+    i = draw(st.sampled_from(keyed))
+    key = lines[i].split(": ", 1)[0]
+    lines[i] = f"{key}:{draw(st.sampled_from(YAML_TOKENS))}"
+    return ("\n".join(lines) + "\n").encode()
+
+
 def test_every_yaml_loader_reads_its_sample(tmp_path):
     for name, (sample, load, _) in _loaders().items():
         p = tmp_path / "sample.yaml"
@@ -299,7 +316,8 @@ def test_every_yaml_loader_reads_its_sample(tmp_path):
 @given(data=st.data())
 def test_yaml_loader_raises_only_our_errors(folder, name, data):
     sample, load, keys = _loaders()[name]
-    raw = data.draw(st.one_of(st.binary(max_size=200), mutated(sample), yaml_documents(sample, keys)))
+    raw = data.draw(st.one_of(st.binary(max_size=200), mutated(sample, tuple(YAML_TOKENS)), raw_values(sample),
+                              yaml_documents(sample, keys)))
     p = folder / f"{name.replace(' ', '-')}.yaml"
     p.write_bytes(raw)
     only_our_errors(lambda: load(p))
