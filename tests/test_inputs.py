@@ -91,6 +91,12 @@ def test_seed_in_a_run_config_is_checked_too(tmp_path):
     one_line_error(run("simulate", "-p", "fifo", "--config", str(cfg)), "run.yaml", "sim.seed")
 
 
+@pytest.mark.parametrize("line", ["seed: -1", "train_seeds: [-5, 10]"])
+def test_seeds_of_a_dl2_training_config_are_checked(tmp_path, line):
+    cfg = write(tmp_path, "dl2.yaml", line + "\n")
+    one_line_error(run("train", "dl2", "--config", str(cfg), "--out", str(tmp_path / "o")), "dl2.yaml", "seed")
+
+
 def test_misspelled_policy_under_policy_options_suggests_the_name(tmp_path):
     cfg = write(tmp_path, "run.yaml", "policies: [fifo]\npolicy_options: {fifoo: {backfill: true}}\n")
     one_line_error(run("simulate", "--config", str(cfg), "--limit", "3"), "run.yaml", "'fifoo'", "did you mean 'fifo'")
