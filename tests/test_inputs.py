@@ -174,6 +174,20 @@ def test_unparseable_csv_is_a_problem_line(tmp_path, text, problem):
     assert res.exit_code == 1 and problem in res.stdout, res.output
 
 
+def test_numeric_timestamps_are_not_a_date_time_and_raise_no_warning(tmp_path):
+    """pandas warned that numeric cells of a date-time column will be read as epoch seconds."""
+    import warnings
+
+    from dlsched.traces import validate_trace
+
+    t = write(tmp_path, "philly.csv", "timestamp,duration,num_gpus\n20171009,66,1\n1507532515,60,1\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        problems = validate_trace(t)
+    assert problems == [f"{t}:2: timestamp: not a date-time (expected %Y-%m-%d %H:%M:%S): '20171009'",
+                        f"{t}:3: timestamp: not a date-time (expected %Y-%m-%d %H:%M:%S): '1507532515'"]
+
+
 def test_empty_dl2_job_trace_is_a_problem(tmp_path):
     from dlsched.traces import load_trace, validate_trace
 

@@ -132,7 +132,9 @@ def timestamps(df: pd.DataFrame, col: str, log: ProblemLog, fmt: str | None = No
     """Date-time text as Unix seconds (float); unparseable cells are problems."""
     raw = df[col]
     missing = raw.isna().to_numpy()
-    ts = pd.to_datetime(raw, format=fmt, errors="coerce")
+    # as text: pandas warns it will read numeric cells as epoch seconds, which a date-time column is not
+    text = raw.astype(str).where(~missing, None)
+    ts = pd.to_datetime(text, format=fmt, errors="coerce")
     bad = ts.isna().to_numpy() & ~missing
     lines = lines_of(df)
     log.add_rows(missing, lines, col, "missing value")
