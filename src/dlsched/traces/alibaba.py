@@ -114,7 +114,7 @@ def read(path: Path, log: ProblemLog, *, elastic: bool = False, seed: int = 0) -
     zero = ~cpu_only & ~never & (run == 0)
     dropped = {"cpu_only": int(cpu_only.sum()), "never_scheduled": int(never.sum()), "zero_duration": int(zero.sum())}
     keep = ~(cpu_only | never | zero)
-    if keep.any() and phase is not None:
+    if keep.any() and phase is not None and not np.isnan(deleted).all():
         end = np.nanmax(deleted)
         censored = keep & (phase == "Running") & (deleted == end)
         if censored.any():
