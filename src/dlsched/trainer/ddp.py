@@ -4,17 +4,18 @@ Every worker holds the full model; DDP all-reduces the gradients in buckets, ove
 backward pass. The backend is chosen by what the node has (`pick_backend`): NCCL with one GPU per
 rank when there are enough GPUs, else gloo on the CPU.
 
-Three things DDP does not do for us:
+Three things DDP does not do for us, all in its communication hook (`Agreement.hook`):
 - **The global batch is split unevenly** (`models.share`: the last worker may get fewer samples,
   or none), and `Task.loss` is already the worker's share of the global mean (sum over its
-  samples / global batch). DDP averages gradients over the world, so each rank backpropagates
-  `world × loss`; the average is then exactly the gradient of the global batch's mean loss.
+  samples / global batch). So gradients are summed, not averaged as DDP does by default: the sum
+  is exactly the gradient of the global batch's mean loss, whatever the split.
+- **All ranks stop at the same step boundary**: the last gradient bucket of each step carries two
+  more numbers, this rank's loss and whether it was asked to stop; summed, every rank gets the
+  global loss and the stop decision with the gradients. Measured against a separate all-reduce of
+  [loss, stop] after each step (docs/DECISIONS.md): that costs ~0.9 ms of CPU per step on two
+  gloo ranks, the piggyback ~0.1 ms, which matters to small models on a few shared cores.
 - **Every rank must run backward** (DDP's reducer waits for all ranks' buckets): a worker with an
   empty share runs the model on an empty batch, which contributes zero gradients.
-- **All ranks stop at the same step boundary**: after the update, one tiny all-reduce of
-  [loss, stop flag] gives every rank the global loss and whether any rank was asked to stop.
-  (Folding it into DDP's last gradient bucket through a comm hook would save that round-trip but
-  replace DDP's C++ all-reduce with Python hooks on every bucket; measured in docs/DECISIONS.md.)
 
 The checkpoint stays topology-free: it is written from the unwrapped module (`ddp.module`), so
 parameter names carry no `module.` prefix and any world size, DDP or not, resumes from it.
@@ -86,6 +87,30 @@ def wrap(model: torch.nn.Module, where: Placement) -> DistributedDataParallel:
     return DistributedDataParallel(model, device_ids=ids, **_NO_BUFFER_SYNC)
 
 
+class Agreement:
+    """DDP comm hook state: sums each gradient bucket over the ranks, and with the step's last
+    bucket the [loss, stop] pair `send` (set before backward) into `got` (read after it)."""
+
+    def __init__(self, device: torch.device):
+        self.send = torch.zeros(2, device=device)
+        self.got = torch.zeros(2, device=device)
+
+    @staticmethod
+    def hook(state, bucket):  # no annotations: DDP checks them, and this module's are strings
+        """(Agreement, dist.GradBucket) -> Future of the bucket's summed gradients."""
+        buf = bucket.buffer()
+        if not bucket.is_last():
+            return dist.all_reduce(buf, async_op=True).get_future().then(lambda f: f.value()[0])
+        n = buf.numel()
+
+        def split(f: torch.futures.Future) -> torch.Tensor:
+            out = f.value()[0]
+            state.got.copy_(out[n:])
+            return out[:n]
+
+        return dist.all_reduce(torch.cat([buf, state.send]), async_op=True).get_future().then(split)
+
+
 def _opt_state_to(opt: torch.optim.Optimizer, device: torch.device) -> None:
     """Checkpoints hold CPU tensors; Adam's moments must sit with their parameter (its `step`
     counter stays on the CPU, as Adam keeps it)."""
@@ -117,16 +142,19 @@ def run_ddp(run: Run) -> None:
         _opt_state_to(opt, where.device)
         start = int(state["step"])
     # A world of one has nothing to reduce: no process group, no wrapper, the same arithmetic.
-    net = wrap(model, where) if run.world_size > 1 else model
-    if run.world_size > 1 and run.rank == 0:
-        print(f"dlsched.trainer: DistributedDataParallel over {where.backend} on {where.device}, "
-              f"{run.world_size} ranks", flush=True)
+    agreement = Agreement(where.device)
+    net = model
+    if run.world_size > 1:
+        net = wrap(model, where)
+        net.register_comm_hook(agreement, Agreement.hook)
+        if run.rank == 0:
+            print(f"dlsched.trainer: DistributedDataParallel over {where.backend} on {where.device}, "
+                  f"{run.world_size} ranks", flush=True)
     t_load = time.time()
     task = Task(run.model, run.seed)
     lo, hi = share(run.batch_size, run.workers, run.rank)
     rep = Reporter(run.job_dir, run.run_id, run.workers, 0, run.batch_size, run.report_every) if run.reporting else None
     clock = Clock(run.checkpoint_every)
-    agree = torch.zeros(2, device=where.device)  # [global loss, stop requested anywhere]
 
     def save(at: int) -> None:
         t = time.time()
@@ -140,13 +168,11 @@ def run_ddp(run: Run) -> None:
         opt.zero_grad(set_to_none=True)
         x, y = task.batch(step, run.batch_size, lo, hi)  # empty when this worker's share is
         local = task.loss(net, x.to(where.device), y.to(where.device), run.batch_size)
-        (local * run.world_size).backward()  # DDP averages over the world; see the module doc
+        agreement.send[0] = local.detach()
+        agreement.send[1] = 1.0 if STOP.requested else 0.0
+        local.backward()
         opt.step()
-        agree[0] = local.detach()
-        agree[1] = 1.0 if STOP.requested else 0.0
-        if run.world_size > 1:
-            dist.all_reduce(agree)
-        loss, stop = agree.tolist()
+        loss, stop = (agreement.got if run.world_size > 1 else agreement.send).tolist()
         stop_now = stop > 0
         step += 1
         if rep is not None:
