@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from fastapi.testclient import TestClient
 
-from dlsched.live.api import create_app
+from dlsched.core import Cluster
+from dlsched.live.admission import admission_problems
+from dlsched.live.api import DEFAULT_PAGE, PAGE_ROWS, create_app
 from dlsched.live.metrics import LiveMetrics
+from dlsched.live.spec import TrainJob
 from dlsched.live.store import Store
 
 
 class FakeController:
-    """What the API needs of the controller: its cluster view and its health."""
+    """What the API needs of the controller: its cluster view, its health, admission and job dirs."""
 
     error = ""
+    cluster = Cluster.homogeneous("fake", nodes=2, gpus=4, cpus=16, mem=64)  # as cluster_view says
+    work_dir = Path("/nonexistent-dlsched-work")
+
+    def admission_problems(self, job) -> list[tuple[str, str]]:
+        return admission_problems(job, self.cluster)
+
+    def job_dir(self, job_id: str) -> Path:
+        return self.work_dir / "jobs" / job_id
 
     def health(self) -> str:
         return self.error
@@ -173,8 +186,152 @@ def test_status_page_is_self_contained_and_escapes_names(env):
 def test_openapi_declares_every_route(env):
     client, _, _ = env
     schema = client.get("/openapi.json").json()
-    assert {"/jobs", "/jobs/{job_id}", "/jobs/{job_id}/events", "/jobs/{job_id}/cancel", "/cluster", "/metrics",
-            "/", "/healthz"} <= set(schema["paths"])
+    assert {"/jobs", "/jobs/{job_id}", "/jobs/{job_id}/events", "/jobs/{job_id}/cancel", "/jobs/{job_id}/retry",
+            "/cluster", "/metrics", "/", "/healthz"} <= set(schema["paths"])
+    assert "delete" in schema["paths"]["/jobs/{job_id}"]
+    assert "X-Total-Count" in schema["paths"]["/jobs"]["get"]["responses"]["200"]["headers"]
     post = schema["paths"]["/jobs"]["post"]
     assert post["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/TrainJob")
     assert post["responses"]["201"]["content"]["application/json"]["schema"]["$ref"].endswith("/JobView")
+
+
+# --------------------------------------------------------------------------- issue 17: operations
+
+
+@pytest.mark.parametrize("demand, key", [
+    ({"gpus_per_worker": 0, "cpus_per_worker": 0, "mem_gb_per_worker": 0}, "gpus_per_worker"),
+    ({"gpus_per_worker": 0.5, "cpus_per_worker": 0.5}, "gpus_per_worker"),
+    ({"workers": 9, "max_workers": 9}, "workers"),  # 9 one-GPU workers on 2 x 4 slots: never fits
+])
+def test_jobs_that_may_never_run_are_refused_at_submit(env, demand, key):
+    client, store, _ = env
+    r = client.post("/jobs", json={"model": "mlp", "steps": 5, **demand})
+    assert r.status_code == 422, r.text
+    message = r.json()["message"]
+    assert message.startswith(f"invalid job: {key}: "), message
+    assert ("at least 1 GPU slot or 1 CPU" in message) if key == "gpus_per_worker" else ("never run" in message)
+    assert store.list() == []
+
+
+def test_cpu_only_and_gpu_workers_are_admitted(env):
+    client, _, _ = env
+    assert client.post("/jobs", json={"model": "mlp", "steps": 5, "gpus_per_worker": 0}).status_code == 201
+    assert client.post("/jobs", json={"model": "mlp", "steps": 5, "cpus_per_worker": 0.25}).status_code == 201
+
+
+def test_get_jobs_is_paged_with_total_count_and_links(env):
+    client, store, _ = env
+    for i in range(7):
+        store.add(TrainJob(model="mlp", steps=5, name=f"j{i}"))
+    store.update("job-000003", status="done")
+    r = client.get("/jobs", params={"limit": 3})
+    assert [j["id"] for j in r.json()] == ["job-000001", "job-000002", "job-000003"]
+    assert r.headers["x-total-count"] == "7"
+    assert 'rel="next"' in r.headers["link"] and "offset=3" in r.headers["link"] and "rel=\"prev\"" not in r.headers["link"]
+    r = client.get("/jobs", params={"limit": 3, "offset": 6})
+    assert [j["id"] for j in r.json()] == ["job-000007"] and 'rel="prev"' in r.headers["link"]
+    assert 'rel="next"' not in r.headers["link"]
+    r = client.get("/jobs", params={"limit": 2, "order": "newest", "status": "queued"})
+    assert [j["id"] for j in r.json()] == ["job-000007", "job-000006"] and r.headers["x-total-count"] == "6"
+    for bad in ({"limit": 0}, {"limit": 100_000}, {"offset": -1}, {"order": "sideways"}):
+        assert client.get("/jobs", params=bad).status_code == 422
+
+
+def test_get_jobs_has_a_default_page_size(env):
+    client, store, _ = env
+    for _ in range(DEFAULT_PAGE + 5):
+        store.add(TrainJob(model="mlp", steps=5))
+    r = client.get("/jobs")
+    assert len(r.json()) == DEFAULT_PAGE and r.headers["x-total-count"] == str(DEFAULT_PAGE + 5)
+
+
+def test_status_page_is_paged_newest_first_and_shows_waiting_reasons(env):
+    client, store, _ = env
+    for i in range(PAGE_ROWS + 3):
+        store.add(TrainJob(model="mlp", steps=5, name=f"job{i}"))
+    store.update("job-000053", waiting_reason="needs 1 CPU per worker, the largest free node has 0")
+    page = client.get("/").text
+    assert "job-000053" in page and "job-000004" in page and "job-000003" not in page
+    assert f"jobs 1–{PAGE_ROWS} of {PAGE_ROWS + 3} (newest first)" in page and "(3 more)" in page
+    assert "needs 1 CPU per worker, the largest free node has 0" in page
+    assert '<a href="/?offset=50">older' in page
+    older = client.get("/", params={"offset": PAGE_ROWS}).text
+    assert "job-000003" in older and "job-000004" not in older and "← newer" in older
+    store.update("job-000002", status="failed")
+    failed = client.get("/", params={"status": "failed"}).text.split("<h2>Jobs</h2>")[1]
+    assert "job-000002" in failed and "job-000001" not in failed and "failed 1–1 of 1" in failed
+
+
+def test_retry_queues_a_failed_job_again_with_an_event(env):
+    client, store, _ = env
+    job = client.post("/jobs", json=JOB).json()
+    store.update(job["id"], status="failed", reason="3 runs failed in a row", steps_done=12, finished_at=1.0)
+    r = client.post(f"/jobs/{job['id']}/retry")
+    assert r.status_code == 200, r.text
+    again = r.json()
+    assert again["status"] == "queued" and again["reason"] == "" and again["finished_at"] is None
+    assert again["steps_done"] == 12  # kept: it resumes from its checkpoint
+    events = client.get(f"/jobs/{job['id']}/events").json()
+    assert events[-1]["kind"] == "retried" and "was failed" in events[-1]["message"]
+    r = client.post(f"/jobs/{job['id']}/retry")  # queued now: nothing to retry
+    assert r.status_code == 409 and "only a failed or cancelled job" in r.json()["detail"]
+    store.update(job["id"], status="done")
+    assert client.post(f"/jobs/{job['id']}/retry").status_code == 409
+    assert client.post("/jobs/job-000099/retry").status_code == 404
+    assert client.post("/jobs/bogus/retry").status_code == 404
+
+
+def test_delete_removes_an_ended_job_and_purges_its_dir(env, tmp_path):
+    client, store, _ = env
+    ctl = client.app.state.controller
+    ctl.work_dir = tmp_path / "work"
+    a = client.post("/jobs", json=JOB).json()["id"]
+    b = client.post("/jobs", json=JOB).json()["id"]
+    r = client.delete(f"/jobs/{a}")
+    assert r.status_code == 409 and "cancel it first" in r.json()["detail"]
+    store.update(a, status="cancelled")
+    store.set_meta(f"alloc:{a}", "{}")
+    job_dir = ctl.job_dir(a)
+    job_dir.mkdir(parents=True)
+    (job_dir / "checkpoint.pt").write_bytes(b"x")
+    r = client.delete(f"/jobs/{a}", params={"purge": "true"})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"id": a, "status": "cancelled", "purged": str(job_dir)}
+    assert not job_dir.exists() and store.get(a) is None and store.events(a) == []
+    assert store.get_meta(f"alloc:{a}") is None
+    assert client.get(f"/jobs/{a}").status_code == 404 and client.delete(f"/jobs/{a}").status_code == 404
+    store.update(b, status="done")
+    r = client.delete(f"/jobs/{b}")  # no purge: the job dir stays
+    assert r.status_code == 200 and r.json()["purged"] is None
+    assert client.post("/jobs", json=JOB).json()["id"] == "job-000003"  # ids are never reused
+
+
+def test_delete_with_purge_needs_a_controller(env):
+    _, store, _ = env
+    job = store.add(TrainJob(model="mlp", steps=5))
+    store.update(job.id, status="done")
+    bare = TestClient(create_app(store))
+    r = bare.delete(f"/jobs/{job.id}", params={"purge": True})
+    assert r.status_code == 503 and store.get(job.id) is not None  # nothing deleted
+    assert bare.delete(f"/jobs/{job.id}").status_code == 200
+
+
+def test_api_docs_work_offline(env):
+    client, _, _ = env
+    import re
+
+    for page in ("/docs", "/redoc"):
+        html = client.get(page).text
+        urls = re.findall(r"""(?:src|href)\s*=\s*['"]([^'"]+)['"]|url:\s*['"]([^'"]+)['"]""", html)
+        urls = [u for pair in urls for u in pair if u]
+        assert urls, html
+        assert not [u for u in urls if "://" in u or u.startswith("//")], urls  # nothing from a CDN
+        for u in urls:
+            assert client.get(u).status_code == 200, u
+
+
+def test_status_page_shows_control_characters_as_escapes(env):
+    client, _, _ = env
+    client.post("/jobs", json={**JOB, "name": "evil\x1b[31m\u202e"})
+    page = client.get("/").text
+    assert "evil\\x1b[31m\\u202e" in page and "\x1b" not in page and "\u202e" not in page

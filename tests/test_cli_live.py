@@ -68,7 +68,7 @@ def test_submit_status_cancel_over_http(service, tmp_path):
     store.add_event("job-000001", "started", "2w/0ps on n0")
     r = _cli("status", "--url", url)
     assert r.exit_code == 0, r.output
-    assert "3 job(s)" in r.output and "alpha" in r.output and "10/20" in r.output and "running" in r.output
+    assert "3 jobs" in r.output and "alpha" in r.output and "10/20" in r.output and "running" in r.output
 
     r = _cli("status", "job-000001", "--url", url)
     assert r.exit_code == 0, r.output
@@ -176,3 +176,95 @@ def test_serve_config_errors_are_one_line_each(tmp_path):
     r = _cli("serve", "--backend", "dry", "--policy", "fifoo", "--work-dir", str(tmp_path / "w"))
     assert r.exit_code == 2 and "unknown policy 'fifoo'" in r.output
     assert not (tmp_path / "w").exists()  # refused before creating anything
+
+
+# --------------------------------------------------------------------------- issue 17: operations
+
+
+def _flat(output: str) -> str:
+    return " ".join(output.split())  # undo rich's wrapping
+
+
+def test_status_shows_the_newest_page_and_how_many_more(service):
+    url, store = service
+    from dlsched.live.spec import TrainJob
+
+    for i in range(25):
+        store.add(TrainJob(model="mlp", steps=5, name=f"n{i:02d}"))
+    r = _cli("status", "--url", url)
+    assert r.exit_code == 0, r.output
+    assert "20 newest of 25 jobs (5 more: --offset 20)" in _flat(r.output)
+    assert "job-000025" in r.output and "job-000006" in r.output and "job-000005" not in r.output
+    r = _cli("status", "--url", url, "--offset", "20")
+    assert "job-000005" in r.output and "job-000001" in r.output and "job-000006" not in r.output
+    store.update("job-000003", status="failed", reason="boom")
+    r = _cli("status", "--url", url, "--status", "failed")
+    assert r.exit_code == 0 and "1 failed jobs" in _flat(r.output) and "boom" in r.output
+    for bad in (("--limit", "0"), ("--limit", "5000"), ("--offset", "-1"), ("--status", "runing")):
+        r = _cli("status", "--url", url, *bad)
+        assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+        assert len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_status_shows_why_a_queued_job_waits(service):
+    url, store = service
+    from dlsched.live.spec import TrainJob
+
+    job = store.add(TrainJob(model="mlp", steps=5))
+    store.update(job.id, waiting_reason="needs 1 CPU per worker, the largest free node has 0")
+    flat = _flat(_cli("status", "--url", url).output)
+    assert "needs 1 CPU per worker, the largest free node has 0" in flat
+    assert "waiting needs 1 CPU per worker" in _flat(_cli("status", job.id, "--url", url).output)
+
+
+def test_user_text_cannot_carry_terminal_escapes_or_markup(service, tmp_path):
+    url, store = service
+    job = tmp_path / "job.yaml"
+    job.write_text('model: mlp\nsteps: 5\nname: "evil\\e[2J\\e[31m[bold]x[/]\\u202e"\n')
+    r = _cli("submit", str(job), "--url", url)
+    assert r.exit_code == 0, r.output
+    assert store.get("job-000001").name.startswith("evil\x1b[2J")  # stored as given
+    store.update("job-000001", reason="bad \x1b]0;title\x07 reason", nodes=["n\x1b[1m0"])
+    store.add_event("job-000001", "note", "msg \x1b[5m blink")
+    for out in (r.output, _cli("status", "--url", url).output, _cli("status", "job-000001", "--url", url).output):
+        assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out, repr(out)
+    listing = _cli("status", "job-000001", "--url", url).output
+    assert "evil\\x1b[2J\\x1b[31m[bold]x[/]\\u202e" in listing and "msg \\x1b[5m blink" in listing
+    r = _cli("status", "job\x1b[31m", "--url", url)  # user text in an error message too
+    assert r.exit_code == 2 and "\x1b" not in r.output and "job\\x1b[31m" in r.output
+
+
+def test_submit_refuses_workers_that_take_nothing(service, tmp_path):
+    url, store = service
+    bad = tmp_path / "zero.yaml"
+    bad.write_text("model: mlp\nsteps: 5\ngpus_per_worker: 0\ncpus_per_worker: 0\nmem_gb_per_worker: 0\n")
+    r = _cli("submit", str(bad), "--url", url)
+    assert r.exit_code == 2 and "gpus_per_worker: each worker must take at least 1 GPU slot or 1 CPU" in _flat(r.output)
+    assert store.list() == []
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("model: mlp\nsteps: 5\nworkers: 9\n")  # 9 slots on a 2 x 4 cluster: the service says no
+    r = _cli("submit", str(huge), "--url", url)
+    assert r.exit_code == 2 and "invalid job: workers: can never run on this cluster" in _flat(r.output)
+    assert "Traceback" not in r.output and store.list() == []
+
+
+def test_retry_and_delete_over_http(service, tmp_path):
+    url, store = service
+    from dlsched.live.spec import TrainJob
+
+    job = store.add(TrainJob(model="mlp", steps=50))
+    r = _cli("retry", job.id, "--url", url)
+    assert r.exit_code == 2 and f"job {job.id} is queued: only a failed or cancelled job can be retried" in _flat(r.output)
+    r = _cli("delete", job.id, "--url", url)
+    assert r.exit_code == 2 and "cancel it first" in _flat(r.output)
+    store.update(job.id, status="failed", steps_done=20, reason="3 runs failed in a row")
+    r = _cli("retry", job.id, "--url", url)
+    assert r.exit_code == 0 and f"{job.id} queued again; resumes from its checkpoint (step 20 of 50)" in r.output
+    assert store.get(job.id).status == "queued" and store.events(job.id)[-1].kind == "retried"
+    store.update(job.id, status="cancelled")
+    r = _cli("delete", job.id, "--url", url)
+    assert r.exit_code == 0 and f"deleted {job.id} (was cancelled)" in r.output
+    assert store.get(job.id) is None
+    for cmd in ("retry", "delete"):
+        r = _cli(cmd, "job-000042", "--url", url)
+        assert r.exit_code == 2 and "no job 'job-000042'" in r.output

@@ -22,6 +22,7 @@ from dlsched.core.job import JobSpec
 from dlsched.framework.state import ClusterState
 from dlsched.live.controller import Controller, live_refusal
 from dlsched.live.dry_backend import DryBackend, FakeClock
+from dlsched.live.retry import RetryConfig
 from dlsched.live.service import Service, ServiceConfig
 from dlsched.live.spec import TrainJob
 from dlsched.live.store import Store
@@ -88,7 +89,8 @@ def _live(name: str, tmp_path, log) -> tuple[list, list[NodeEvent], dict[str, st
     backend = DryBackend(_cluster(), clock, rate_per_worker=RATE, startup=PAUSE, scaling=1.0)
     store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
     ctl = Controller(store, backend, make_policy(name, **OPTIONS.get(name, {})), work_dir=tmp_path, tick=1.0,
-                     clock=clock, restart_overhead=PAUSE)
+                     clock=clock, restart_overhead=PAUSE,
+                     retry=RetryConfig(backoff_initial=0, backoff_max=0))  # the simulator retries at once
     failure: list[NodeEvent] = []
     ids = []
     for second in range(HORIZON):

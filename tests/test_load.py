@@ -175,10 +175,10 @@ def test_cli_prints_the_offered_load_and_warns_when_low(tmp_path):
     page = (tmp_path / "r" / "index.html").read_text()
     assert "offered load 0.0" in page and "size the cluster with --load 0.8" in page
     # sized: the load it was asked for, no warning; JSON keeps stdout clean and warns on stderr only
-    res = CliRunner().invoke(app, ["compare", "--trace", trace, "-p", "fifo", "--load", "0.8", "--out", str(tmp_path / "r")])
+    res = CliRunner().invoke(app, ["compare", "--trace", trace, "-p", "fifo", "--load", "0.8", "--out", str(tmp_path / "r"), "--overwrite"])
     assert res.exit_code == 0, res.output
     assert "itp@load0.8" in res.stdout and "offered load 0." in res.stdout and "warning" not in res.output
-    res = CliRunner().invoke(app, ["simulate", "--trace", trace, "-p", "fifo", "-f", "json", "--out", str(tmp_path / "r")])
+    res = CliRunner().invoke(app, ["simulate", "--trace", trace, "-p", "fifo", "-f", "json", "--out", str(tmp_path / "r"), "--overwrite"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)[0]["policy"] == "fifo"
     assert res.stderr.count("\n") == 1 and res.stderr.startswith("warning: offered load")

@@ -182,3 +182,153 @@ def test_bin_average_is_exact_for_step_functions():
 def test_cluster_size_recovered_from_summary(results):
     for r in results:
         assert cluster_gpus(r) == CLUSTER.total_gpus
+
+
+# --------------------------------------------------------------------------- report folders
+
+
+def test_job_table_has_every_wait_and_the_first_start_wait(report, results):
+    jobs = pd.read_csv(report.parent / "jobs.csv")
+    assert {"queueing_delay", "first_start_delay"} <= set(jobs.columns)
+    summary = pd.read_csv(report.parent / "summary.csv")
+    assert {"mean_queueing_delay_h", "mean_first_start_delay_h"} <= set(summary.columns)
+    page = report.read_text(encoding="utf-8")
+    assert "mean queueing (h)" in page and "all waits" in page and "to first start" in page
+
+
+def _cli(*args: str):
+    from typer.testing import CliRunner
+
+    from dlsched.cli import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+def _one_line_error(res, *words: str) -> None:
+    assert res.exit_code == 2, res.output
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), res.stderr
+    assert "Traceback" not in res.output
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def test_a_rerun_never_replaces_the_default_report(tmp_path, monkeypatch):
+    """The default folder is used while it holds no report; then dlsched-report-2, -3, ... and
+    the run says where it wrote. The earlier reports are left as they were."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "dlsched-report").mkdir()
+    (tmp_path / "dlsched-report" / "index.html").write_text("earlier")
+    (tmp_path / "dlsched-report-2").mkdir()  # empty (a run that failed): reused
+    res = _cli("simulate", "--limit", "5", "-p", "fifo")
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "dlsched-report" / "index.html").read_text() == "earlier"
+    assert (tmp_path / "dlsched-report-2" / "summary.csv").is_file()
+    assert "dlsched-report already holds a report, so this run writes to dlsched-report-2" in res.stdout
+    res = _cli("simulate", "--limit", "5", "-p", "fifo", "--format", "json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)[0]["policy"] == "fifo"  # stdout stays JSON; the note goes to stderr
+    assert "dlsched-report-3" in res.stderr and (tmp_path / "dlsched-report-3" / "index.html").is_file()
+    res = _cli("simulate", "--limit", "5", "-p", "fifo", "--overwrite")  # on purpose: the default itself
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "dlsched-report" / "index.html").read_text() != "earlier"
+    assert not (tmp_path / "dlsched-report-4").exists()
+
+
+def test_a_named_folder_holding_a_report_needs_overwrite(tmp_path):
+    out = tmp_path / "rep"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep me")  # the user's own files are not a report
+    assert _cli("simulate", "--limit", "5", "-p", "fifo", "--out", str(out)).exit_code == 0
+    (out / "summary.csv").write_text("earlier")
+    res = _cli("simulate", "--limit", "5", "-p", "fifo", "--out", str(out))
+    _one_line_error(res, "already holds a report", "--overwrite")
+    assert (out / "summary.csv").read_text() == "earlier"
+    res = _cli("compare", "--trace", str(tmp_path / "absent.csv"), "-p", "fifo", "--out", str(out))
+    _one_line_error(res, "already holds a report")  # said before the trace is even read
+    res = _cli("simulate", "--limit", "5", "-p", "fifo", "--out", str(out), "--overwrite")
+    assert res.exit_code == 0, res.output
+    assert (out / "summary.csv").read_text() != "earlier" and (out / "mine.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("command", [
+    ["simulate", "--limit", "5", "-p", "fifo"],
+    ["compare", "--trace", "absent.csv", "-p", "fifo"],
+    ["experiment", "oasis", "--quick"],
+    ["experiment", "dragon", "--quick"],
+    ["experiment", "qos", "--quick"],
+    ["experiment", "dl2", "--traces", "1"],
+    ["experiment", "fidelity", "--jobs", "1"],
+    ["experiment", "real-traces", "--quick"],
+    ["train", "dl2"],
+    ["train", "dl2", "--resume"],
+], ids=lambda c: "-".join(c[:2]))
+@pytest.mark.parametrize("where", ["file", "under-a-file"])
+def test_out_naming_a_file_is_one_line_and_exit_2(tmp_path, command, where):
+    f = tmp_path / "taken.txt"
+    f.write_text("not a folder")
+    out = f if where == "file" else f / "sub"
+    _one_line_error(_cli(*command, "--out", str(out)), "--out", "is a file")
+    assert f.read_text() == "not a folder"
+
+
+def test_experiment_folders_are_numbered_or_need_overwrite(tmp_path, monkeypatch):
+    """The experiments' rule is the report's, with "holds results" = holds anything."""
+    from dlsched.core.errors import ConfigError
+    from dlsched.output_folder import OutputFolder
+
+    monkeypatch.chdir(tmp_path)
+    assert OutputFolder(None, "x-results").claim() == (Path("x-results"), "")
+    assert OutputFolder(None, "x-results").claim() == (Path("x-results"), "")  # still empty: reused
+    (tmp_path / "x-results" / "runs.csv").write_text("earlier")
+    path, note = OutputFolder(None, "x-results").claim()
+    assert path == Path("x-results-2") and path.is_dir() and "x-results-2" in note
+    (tmp_path / "x-results-3").write_text("a file, not a folder")  # skipped
+    (path / "runs.csv").write_text("earlier")
+    assert OutputFolder(None, "x-results").claim()[0] == Path("x-results-4")
+    with pytest.raises(ConfigError, match="already holds files"):
+        OutputFolder(Path("x-results"), "x-results").claim()
+    assert OutputFolder(Path("x-results"), "x-results", overwrite=True).claim() == (Path("x-results"), "")
+    assert OutputFolder(None, "x-results", overwrite=True).claim() == (Path("x-results"), "")
+
+
+# --------------------------------------------------------------------------- the summary table's width
+
+
+def test_summary_table_has_grouped_headers_in_a_wide_box(report):
+    page = report.read_text(encoding="utf-8")
+    box = re.search(r'<h2>Summary</h2>\s*<div class="([^"]*)">\s*<table class="([^"]*)"', page)
+    assert box, "the summary table must follow its heading in its own box"
+    assert {"scroll", "wide"} <= set(box.group(1).split()) and "compact" in box.group(2).split()
+    head = page[box.end():page.index("</thead>", box.end())]
+    assert head.count("<tr") == 2  # group headers over their columns
+    assert re.search(r'<th colspan="4"[^>]*>JCT \(h\)</th>', head)
+
+
+def _browser() -> str | None:
+    import shutil
+
+    return next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+
+
+@pytest.mark.skipif(_browser() is None, reason="needs a headless Chromium to lay the page out")
+def test_every_summary_column_is_visible_at_1400_px(results, tmp_path):
+    """Laid out for real by headless Chromium in a 1400 px window: the summary table (ten
+    policies, one with a long name) is no wider than its box and the box fits the window."""
+    import subprocess
+
+    many = [results[0]] * 9 + [results[2]]
+    index = write_report(many, tmp_path, title="t", workload="w", cluster_desc="c")
+    probe = ("<script>addEventListener('load', () => { const t = document.querySelector('table.data'); "
+             "const b = t.parentElement.getBoundingClientRect(); document.body.dataset.fit = JSON.stringify("
+             "{table: t.scrollWidth, box: t.parentElement.clientWidth, right: b.right, window: innerWidth}); });"
+             "</script></body>")
+    page = tmp_path / "probe.html"
+    page.write_text(index.read_text(encoding="utf-8").replace("</body>", probe), encoding="utf-8")
+    out = subprocess.run([_browser(), "--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000",
+                          "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    found = re.search(r'data-fit="([^"]*)"', out.stdout)
+    assert found, out.stderr[-2000:]
+    fit = json.loads(found.group(1).replace("&quot;", '"'))
+    assert fit["window"] == 1400
+    assert fit["table"] <= fit["box"] and fit["right"] <= fit["window"], fit

@@ -12,7 +12,7 @@ from dlsched.policies.registry import BASELINES, DEFAULT_POLICIES, PUBLISHED
 
 
 def _json(args, tmp_path):
-    r = CliRunner().invoke(app, ["simulate", "--format", "json", "--out", str(tmp_path / "rep"), *args])
+    r = CliRunner().invoke(app, ["simulate", "--format", "json", "--out", str(tmp_path / "rep"), "--overwrite", *args])
     assert r.exit_code == 0, r.output
     return {row["policy"].split(" ")[0]: row for row in json.loads(r.stdout[r.stdout.index("["):])}
 

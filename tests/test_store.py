@@ -188,3 +188,50 @@ def test_in_memory_and_bad_urls():
     mem.close()
     with pytest.raises(ConfigError, match="bad database URL"):
         Store("not a url at all")
+
+
+def test_a_store_made_before_waiting_reasons_opens_and_gains_the_column(tmp_path):
+    """Issue 17 added `waiting_reason`: a database made by the version before must still open."""
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    old = Store(f"sqlite:///{path}")
+    job = old.add(TrainJob(model="mlp", steps=5))
+    old.close()
+    con = sqlite3.connect(path)
+    con.execute("ALTER TABLE dlsched_jobs DROP COLUMN waiting_reason")  # as the old version made it
+    con.commit()
+    con.close()
+    store = Store(f"sqlite:///{path}")
+    assert store.get(job.id).waiting_reason == ""
+    assert store.update(job.id, waiting_reason="needs 1 CPU").waiting_reason == "needs 1 CPU"
+    store.close()
+
+
+def test_page_retry_and_delete(store):
+    """Issue 17: paging with a total, retry of a failed job, delete of an ended one (both databases)."""
+    from dlsched.live.store import WrongState
+
+    ids = [store.add(_job(name=f"j{i}")).id for i in range(5)]
+    store.update(ids[1], status="failed", steps_done=3, finished_at=1.0, reason="boom")
+    jobs, total = store.page(limit=2, offset=1, newest_first=True)
+    assert [j.id for j in jobs] == [ids[3], ids[2]] and total == 5
+    jobs, total = store.page(["queued"], limit=10)
+    assert [j.id for j in jobs] == [ids[0], ids[2], ids[3], ids[4]] and total == 4
+    again = store.retry(ids[1])
+    assert (again.status, again.reason, again.finished_at, again.steps_done) == ("queued", "", None, 3)
+    assert store.events(ids[1])[-1].kind == "retried"
+    with pytest.raises(WrongState):
+        store.retry(ids[1])
+    with pytest.raises(WrongState):
+        store.delete(ids[1])
+    store.update(ids[1], status="done")
+    store.set_meta(f"alloc:{ids[1]}", "{}")
+    assert store.delete(ids[1]).status == "done"
+    assert store.get(ids[1]) is None and store.events(ids[1]) == [] and store.get_meta(f"alloc:{ids[1]}") is None
+    for op in (store.retry, store.delete):
+        with pytest.raises(KeyError):
+            op(ids[1])
+        with pytest.raises(KeyError):
+            op("nonsense")
+    assert store.add(_job()).id == "job-000006"  # never reused

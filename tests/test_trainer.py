@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from dlsched.trainer import checkpoint
 from dlsched.trainer.protocol import ProgressReader, is_done
 from tests.live_service import free_port
 
@@ -49,6 +50,13 @@ def wait_all(procs: list[subprocess.Popen]) -> list[int]:
                 p.wait()
 
 
+def newest(job_dir: Path) -> dict:
+    """The checkpoint a run would resume from."""
+    loaded = checkpoint.load(job_dir)
+    assert loaded.state is not None and not loaded.problems, loaded.problems
+    return loaded.state
+
+
 def records(job_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (job_dir / "progress.jsonl").read_text().splitlines()]
 
@@ -74,12 +82,13 @@ def test_ddp_one_and_two_workers_complete_and_agree(tmp_path: Path) -> None:
         assert wait_all(launch(trainer_argv(job, steps=80), world, "r1")) == [0] * world
         assert is_done(job)
         recs = records(job)
-        assert recs[0]["event"] == "start" and recs[0]["resumed_from"] == 0 and recs[0]["workers"] == world
+        assert recs[0] == {**recs[0], "event": "resume", "step": 0, "checkpoint": None, "problems": [], "run": "r1"}
+        assert recs[1]["event"] == "start" and recs[1]["resumed_from"] == 0 and recs[1]["workers"] == world
         assert recs[-1]["event"] == "done" and recs[-1]["step"] == 80 and recs[-1]["run"] == "r1"
         assert json.loads((job / "done.json").read_text())["step"] == 80
         ls = losses(job)
         assert ls[-1] < 0.5 * ls[0]
-    pa, pb = (torch.load(tmp_path / w / "checkpoint.pt", weights_only=False)["params"] for w in "12")
+    pa, pb = (newest(tmp_path / w)["params"] for w in "12")
     for name in pa:
         assert torch.allclose(pa[name], pb[name], atol=1e-4), name
 
@@ -95,7 +104,7 @@ def sigterm_and_resume(tmp_path: Path, mode: str, before: int, after: int, num_p
     recs = records(job)
     stop = [r for r in recs if r["event"] == "stop"]
     assert len(stop) == 1 and 20 <= stop[0]["step"] < steps
-    assert torch.load(job / "checkpoint.pt", weights_only=False)["step"] == stop[0]["step"]
+    assert newest(job)["step"] == stop[0]["step"]
     assert not is_done(job)
     assert wait_all(launch(trainer_argv(job, model=model, mode=mode, steps=steps, num_ps=num_ps),
                            after + num_ps, "second")) == [0] * (after + num_ps)
@@ -118,8 +127,8 @@ def test_ddp_resume_same_size_reproduces_uninterrupted_run(tmp_path: Path) -> No
     job = sigterm_and_resume(tmp_path, "ddp", before=1, after=1, num_ps=0, steps=2000)
     straight = tmp_path / "straight"
     assert wait_all(launch(trainer_argv(straight, steps=2000), 1, "s")) == [0]
-    pa = torch.load(job / "checkpoint.pt", weights_only=False)["params"]
-    pb = torch.load(straight / "checkpoint.pt", weights_only=False)["params"]
+    pa = newest(job)["params"]
+    pb = newest(straight)["params"]
     for name in pa:  # same data, restored Adam state: only float reordering could differ
         assert torch.allclose(pa[name], pb[name], atol=1e-5), name
 
@@ -131,11 +140,11 @@ def test_ps_completes_learns_and_matches_ddp(tmp_path: Path) -> None:
     assert wait_all(launch(trainer_argv(b, mode="ps", num_ps=2, steps=40), 4, "ps")) == [0] * 4
     assert is_done(b)
     recs = records(b)
-    assert recs[0]["event"] == "start" and recs[0]["ps"] == 2 and recs[0]["workers"] == 2
+    assert recs[0]["event"] == "resume" and recs[1]["event"] == "start" and recs[1]["ps"] == 2 and recs[1]["workers"] == 2
     assert recs[-1]["event"] == "done" and recs[-1]["step"] == 40
     ls = losses(b)
     assert ls[-1] < 0.5 * ls[0]
-    pa, pb = (torch.load(d / "checkpoint.pt", weights_only=False)["params"] for d in (a, b))
+    pa, pb = (newest(d)["params"] for d in (a, b))
     for name in pa:
         assert torch.allclose(pa[name], pb[name], atol=1e-4), name
 
@@ -206,7 +215,7 @@ def test_bad_arguments_exit_2(tmp_path: Path, argv: list[str]) -> None:
 
 
 def test_checkpoint_of_another_model_is_refused(tmp_path: Path) -> None:
-    torch.save({"format": 1, "model": "mlp", "width": 128, "seed": 3, "step": 5}, tmp_path / "checkpoint.pt")
+    checkpoint.save(tmp_path, {"model": "mlp", "width": 128, "seed": 3, "step": 5, "params": {}, "opt": {}})
     out = subprocess.run([sys.executable, "-m", "dlsched.trainer", *trainer_argv(tmp_path, model="cnn", steps=10)],
                          capture_output=True, text=True, timeout=TIMEOUT, env=env_for(0, 1, free_port(), "b"))
     assert out.returncode != 0 and "checkpoint is for" in out.stderr

@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from dlsched.cli_experiments import experiment_app
 from dlsched.cli_live import register_live
 from dlsched.cli_train import train_app
-from dlsched.cli_support import console, err_console, friendly as _friendly
+from dlsched.cli_support import console, err_console, friendly as _friendly, safe
 from dlsched.core.errors import DlschedError
 
 if TYPE_CHECKING:
@@ -52,9 +52,11 @@ def _run(
     traces: Optional[Path] = None,
     profiles: Optional[str] = None,
     load: Optional[float] = None,
+    overwrite: bool = False,
 ) -> None:
     from dlsched.experiment import run_policies
-    from dlsched.metrics.report import write_report
+    from dlsched.metrics.report import holds_report, write_report
+    from dlsched.output_folder import OutputFolder
     from dlsched.metrics.table import render_table, summary_rows
     from dlsched.core.utility import with_default_utilities
     from dlsched.policies.registry import DEFAULT_POLICIES, UTILITY_DRIVEN, parse_policy_list
@@ -69,6 +71,9 @@ def _run(
     if output_format not in ("table", "json"):
         raise DlschedError(f"--format must be 'table' or 'json', not {output_format!r}")
     cfg = load_run_config(config)
+    folder = OutputFolder(out or (Path(cfg.out) if cfg.out else None), "dlsched-report", overwrite, holds_report,
+                          what="a report")
+    folder.check()  # before loading the trace and running, not after
     trace = trace or cfg.trace
     names = parse_policy_list(policies or ",".join(cfg.policies or DEFAULT_POLICIES))
     if seed is not None:
@@ -90,7 +95,6 @@ def _run(
     throughput = default_throughput(root, duration_alpha=cfg.throughput.duration_alpha, dl2=cfg.throughput.dl2)
     sizing = at_load(workload.jobs, cluster, cfg.load if load is None else load, throughput)
     cluster = sizing.cluster
-    out_dir = Path(out or cfg.out or "dlsched-report")
     utility_note = None
     driven = [n for n in names if n in UTILITY_DRIVEN]
     if driven:  # score every policy of the comparison on the same utilities
@@ -121,7 +125,7 @@ def _run(
                          f"durations (1/{SLOT_DIVISOR:g} of the 10th percentile; {HORIZON_FACTOR:g}x the longest "
                          "job); set slot_seconds/horizon under policy_options to override")
     if not quiet:
-        console.print(f"[bold]workload[/] {workload.name}: {len(workload.jobs)} jobs from {workload.source}")
+        console.print(f"[bold]workload[/] {safe(workload.name)}: {len(workload.jobs)} jobs from {safe(workload.source)}")
         console.print(f"[bold]cluster[/]  {cluster.describe()}")
     _show_load(sizing, quiet)
     if not quiet:
@@ -164,6 +168,9 @@ def _run(
     if not quiet:
         for note in said:
             console.print(f"[bold]policy[/]   {note}", highlight=False)
+    out_dir, moved = folder.claim()
+    if moved:
+        (err_console if quiet else console).print(f"[bold]report[/]   {moved}", highlight=False, soft_wrap=True)
     index = write_report(
         results, out_dir, title=f"dlsched: {workload.name} on {cluster.name}", workload=f"{workload.name} "
         f"({len(workload.jobs)} jobs, {workload.source})", cluster_desc=cluster.describe(), notes=notes,
@@ -188,7 +195,10 @@ def _show_load(sizing: "Sizing", quiet: bool) -> None:
 _TRACE = typer.Option(None, "--trace", "-t", help="Trace file (Philly, ITP, Alibaba 2023, Gavel, Pollux, DL2 CSV or dlsched CSV). Default: the embedded ITP slice.")
 _TRACE_FORMAT = typer.Option(None, "--trace-format", help="Trace format when it cannot be detected (see `dlsched trace formats`).")
 _CLUSTER = typer.Option(None, "--cluster", "-c", help="Cluster preset name or YAML file (see `dlsched presets`). Default: the trace's own preset.")
-_OUT = typer.Option(None, "--out", "-o", help="Report folder (default: dlsched-report).")
+_OUT = typer.Option(None, "--out", "-o", help="Report folder (default: dlsched-report, or the first dlsched-report-N "
+                    "that holds no report yet: an earlier run's report is never replaced silently).")
+_OVERWRITE = typer.Option(False, "--overwrite", help="Replace the report files in a folder that already holds a report "
+                          "(needed for an --out folder holding one; without --out: write to dlsched-report itself).")
 _SEED = typer.Option(None, "--seed", help="Seed for the engine and policies (default 0).")
 _CONFIG = typer.Option(None, "--config", help="YAML run config (trace, cluster, load, policies, sim, policy_options, throughput).")
 _LIMIT = typer.Option(None, "--limit", help="Use only the first N jobs of the trace.")
@@ -221,9 +231,11 @@ def simulate(
     traces: Optional[Path] = _TRACES,
     profiles: Optional[str] = _PROFILES,
     load: Optional[float] = _LOAD,
+    overwrite: bool = _OVERWRITE,
 ) -> None:
     """Simulate policies on a workload (default: the baselines and the published systems on the embedded ITP slice) and write a report."""
-    _run(trace, trace_format, cluster, policies, out, seed, config, limit, elastic, output_format, traces, profiles, load)
+    _run(trace, trace_format, cluster, policies, out, seed, config, limit, elastic, output_format, traces, profiles, load,
+         overwrite)
 
 
 @app.command()
@@ -242,9 +254,11 @@ def compare(
     traces: Optional[Path] = _TRACES,
     profiles: Optional[str] = _PROFILES,
     load: Optional[float] = _LOAD,
+    overwrite: bool = _OVERWRITE,
 ) -> None:
     """Run several policies on one trace: prints the comparison and writes the report folder."""
-    _run(trace, trace_format, cluster, policies, out, seed, config, limit, elastic, output_format, traces, profiles, load)
+    _run(trace, trace_format, cluster, policies, out, seed, config, limit, elastic, output_format, traces, profiles, load,
+         overwrite)
 
 
 # --------------------------------------------------------------------------- listings
@@ -297,10 +311,10 @@ def trace_validate(
     problems = validate_trace(file, trace_format)
     if problems:
         for line in problems:
-            console.print(line, markup=False, highlight=False)
-        err_console.print(f"[bold red]{file}: {len(problems)} problem line(s)[/]")
+            console.print(safe(line), highlight=False)  # a line quotes the trace's cells
+        err_console.print(f"[bold red]{safe(file)}: {len(problems)} problem line(s)[/]")
         raise typer.Exit(1)
-    console.print(f"{file}: OK")
+    console.print(f"{safe(file)}: OK")
 
 
 @trace_app.command("info")
@@ -318,7 +332,7 @@ def trace_info_cmd(
         print(json.dumps(info, indent=2, default=str))
         return
     for key, value in info.items():
-        console.print(f"[bold]{key:<22}[/]{value}", highlight=False)
+        console.print(f"[bold]{key:<22}[/]{safe(value)}", highlight=False)
 
 
 register_live(app)  # serve, submit, status, cancel

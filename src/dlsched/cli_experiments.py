@@ -13,6 +13,7 @@ from typing import Callable, Iterator, Optional
 import typer
 
 from dlsched.cli_support import console as _console, friendly as _friendly
+from dlsched.output_folder import OutputFolder, check_writable_folder
 
 experiment_app = typer.Typer(
     help="Rerun a published system's evaluation (its setup, its baselines) and write tables and plots.",
@@ -21,6 +22,22 @@ experiment_app = typer.Typer(
     no_args_is_help=True,
 )
 
+
+_OVERWRITE = typer.Option(False, "--overwrite", help="Write into an --out folder that already holds files (replacing "
+                          "them by name); without --out: use the default folder even if an earlier run left results.")
+
+
+def _out_help(default: str, what: str) -> str:
+    return (f"{what} Default: {default}, or the first {default}-N that is empty: an earlier run's results are "
+            "never replaced silently (a named folder holding files needs --overwrite).")
+
+
+def _results_folder(out: Optional[Path], default: str, overwrite: bool) -> Path:
+    """The experiment's folder, created now (`dlsched.output_folder`); says so when a numbered one is used."""
+    path, moved = OutputFolder(out, default, overwrite).claim()
+    if moved:
+        _console.print(f"[bold]results[/] {moved}", highlight=False, soft_wrap=True)
+    return path
 
 
 @contextmanager
@@ -40,7 +57,7 @@ def _steps(label: str, total: int) -> Iterator[Callable[[str], None]]:
 @experiment_app.command("oasis")
 @_friendly
 def oasis_experiment(
-    out: Path = typer.Option(Path("oasis-results"), "--out", "-o", help="Folder for the CSV/markdown tables and PNG plots."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help=_out_help("oasis-results", "Folder for the CSV/markdown tables and PNG plots.")),
     jobs: str = typer.Option("100,200,300,400", "--jobs", help="Comma-separated job counts for Fig. 3 (paper: 100,200,300,400)."),
     seeds: int = typer.Option(3, "--seeds", min=1, help="Workload seeds per setting; results are averaged over them."),
     quick: bool = typer.Option(False, "--quick", help="Small smoke run: 40 and 80 jobs, one seed (about a minute)."),
@@ -51,6 +68,7 @@ def oasis_experiment(
     variants: bool = typer.Option(False, "--variants", help="Instead of the figures, run OASiS' design variants "
                                   "(order, L floor, release, U/L scale, restart overhead) and RRH/Dorm on the Fig. 3 "
                                   "workload at the largest --jobs count and seed 0 (80 jobs with --quick)."),
+    overwrite: bool = _OVERWRITE,
 ) -> None:
     """Rerun OASiS' Fig. 3 (total utility vs jobs, T=300) and Fig. 4 (completion vs target, T=100) on the
     paper's setup against FIFO, DRF, RRH and Dorm; or, with --trace, compare on a real trace; or, with
@@ -61,6 +79,7 @@ def oasis_experiment(
 
     if trace:
         names = parse_policy_list(policies)
+        out = _results_folder(out, "oasis-results", overwrite)
         with _steps("trace", len(names)) as step:
             df = exp.run_trace(trace, limit, names, out, step=step)
         _console.print(df.to_string(index=False))
@@ -73,6 +92,7 @@ def oasis_experiment(
     seed_list = list(range(seeds))
     if quick:
         counts, seed_list = [40, 80], [0]
+    out = _results_folder(out, "oasis-results", overwrite)
     if variants:
         if not counts:
             raise ConfigError("--jobs needs a positive job count")
@@ -95,12 +115,13 @@ def oasis_experiment(
 @experiment_app.command("dragon")
 @_friendly
 def dragon_experiment(
-    out: Path = typer.Option(Path("dragon-results"), "--out", "-o", help="Folder for runs.csv, summary.csv, ablation.csv, RESULTS.md and dragon.png."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help=_out_help("dragon-results", "Folder for runs.csv, summary.csv, ablation.csv, RESULTS.md and dragon.png.")),
     seeds: int = typer.Option(10, "--seeds", min=1, help="Workload seeds; figures are means (± std) over them, paired by seed."),
     jobs: int = typer.Option(40, "--jobs", min=1, help="TensorFlow-PS-like jobs per seed."),
     cluster: str = typer.Option("dragon", "--cluster", "-c", help="Cluster preset or YAML file for the paper-like workload."),
     real_trace: bool = typer.Option(True, "--real-trace/--no-real-trace", help="Also run on the embedded ITP trace slice (rigid and elastic)."),
     quick: bool = typer.Option(False, "--quick", help="Small smoke run: 2 seeds of 20 jobs, no real trace."),
+    overwrite: bool = _OVERWRITE,
 ) -> None:
     """Rerun DRAGON's evaluation: DRAGON vs the default Kubernetes scheduler and gang FIFO, with each
     of its capabilities (gang, locality, scaling) switched off in turn, on a DRAGON-like TF-PS
@@ -109,6 +130,7 @@ def dragon_experiment(
 
     if quick:
         seeds, jobs, real_trace = 2, 20, False
+    out = _results_folder(out, "dragon-results", overwrite)
     with _steps("DRAGON", seeds + (2 if real_trace else 0)) as step:
         report = run_dragon_experiment(out, seeds=seeds, num_jobs=jobs, cluster=cluster, real_trace=real_trace,
                                        on_step=step)
@@ -129,12 +151,13 @@ def dragon_experiment(
 @experiment_app.command("qos")
 @_friendly
 def qos_experiment(
-    out: Path = typer.Option(Path("qos-results"), "--out", "-o", help="Folder for qos_results.csv/.md, gains, prediction errors and qos_deadlines.png."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help=_out_help("qos-results", "Folder for qos_results.csv/.md, gains, prediction errors and qos_deadlines.png.")),
     quick: bool = typer.Option(False, "--quick", help="Small smoke run: 24 synthetic jobs and the first 60 ITP jobs."),
     seed: int = typer.Option(0, "--seed", help="First seed of the synthetic workload (also the simulator's seed)."),
     seeds: int = typer.Option(5, "--seeds", min=1, help="Synthetic workloads drawn (seeds seed..seed+N-1); figures are means over them. --quick uses 1."),
     itp: Optional[Path] = typer.Option(None, "--itp", help="One ITP deadline trace to use instead of the default two (shared traces' elasticflow/195job.csv and cluster10.csv)."),
     restart_overhead: float = typer.Option(10.0, "--restart-overhead", min=0, help="Seconds a resized job pauses (the prototype's start-up + load delay)."),
+    overwrite: bool = _OVERWRITE,
 ) -> None:
     """Rerun the QoS deadline framework's evaluation (Xing et al., IJCNN'19): deadline completion rate,
     JCT and utilization of allocated resources for QoS vs default Kubernetes, FIFO, EDF and the
@@ -142,6 +165,7 @@ def qos_experiment(
     insufficient and sufficient resources; plus the completion predictor's error."""
     from dlsched.experiments.qos import run_qos
 
+    out = _results_folder(out, "qos-results", overwrite)
     res = run_qos(out, quick=quick, seed=seed, seeds=1 if quick else seeds, itp=itp,
                   restart_overhead=restart_overhead, console=_console)
     cols = ["workload", "resources", "nodes", "policy", "runs", "deadline_met", "feasible_met", "rejected", "mean_jct_s", "alloc_util"]
@@ -157,17 +181,19 @@ def qos_experiment(
 @experiment_app.command("dl2")
 @_friendly
 def dl2_experiment(
-    out: Path = typer.Option(Path("dl2-results"), "--out", "-o", help="Folder for runs.csv, summary.csv, RESULTS.md (and real_trace.csv)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help=_out_help("dl2-results", "Folder for runs.csv, summary.csv, RESULTS.md (and real_trace.csv).")),
     model: Optional[Path] = typer.Option(None, "--model", help="Model from `dlsched train dl2` (default: the shipped model)."),
     warmup_only: Optional[Path] = typer.Option(None, "--warmup-only-model", help="Ablation: a model trained with --rl-episodes 0."),
     rl_only: Optional[Path] = typer.Option(None, "--rl-only-model", help="Ablation: a model trained with --warmup-traces 0."),
     traces: int = typer.Option(10, "--traces", min=1, help="Held-out DL2 workloads (test seeds, never used in training)."),
     real_trace: bool = typer.Option(True, "--real-trace/--no-real-trace", help="Also run the model on the embedded ITP trace slice."),
+    overwrite: bool = _OVERWRITE,
 ) -> None:
     """Rerun DL2's comparison: mean JCT vs DRF and Optimus on held-out DL2 workloads (mean ± std),
     the ablations when their models are given, and generalisation to a real trace."""
     from dlsched.experiments.dl2 import PAPER, run_dl2_experiment
 
+    out = _results_folder(out, "dl2-results", overwrite)
     with _steps("DL2", traces + (1 if real_trace else 0)) as step:
         report = run_dl2_experiment(out, str(model) if model else None, str(warmup_only) if warmup_only else None,
                                     str(rl_only) if rl_only else None, traces, real_trace, on_step=step)
@@ -183,12 +209,13 @@ def dl2_experiment(
 @experiment_app.command("fidelity")
 @_friendly
 def fidelity_experiment(
-    out: Path = typer.Option(Path("fidelity-results"), "--out", "-o", help="Folder for fidelity.csv and each policy's live run (jobs, logs, database)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help=_out_help("fidelity-results", "Folder for fidelity.csv and each policy's live run (jobs, logs, database).")),
     policies: str = typer.Option("fifo,drf,optimus", "--policies", "-p", help="Comma-separated policies, each run live then simulated."),
     jobs: int = typer.Option(10, "--jobs", min=1, help="Real training jobs in the workload."),
     span: float = typer.Option(120.0, "--span", min=0, help="Seconds over which the jobs arrive."),
     scale: float = typer.Option(1.0, "--scale", min=0.01, help="Multiply every job's steps (0.2 for a quick look)."),
     seed: int = typer.Option(0, "--seed", help="Workload seed."),
+    overwrite: bool = _OVERWRITE,
 ) -> None:
     """Run a small workload of real PyTorch jobs live on the local backend under each policy, then
     replay it in the simulator with the speeds and pauses measured live; print the mean-JCT gap
@@ -199,6 +226,7 @@ def fidelity_experiment(
     from dlsched.policies.registry import parse_policy_list
 
     names = parse_policy_list(policies)
+    out = _results_folder(out, "fidelity-results", overwrite)
     with Progress(console=_console, transient=True) as bar:
         tasks = {n: bar.add_task(f"live {n}", total=jobs) for n in names}
         rows = run_fidelity(names, out, jobs=jobs, span_s=span, seed=seed, scale=scale,
@@ -216,7 +244,7 @@ def fidelity_experiment(
 @_friendly
 def real_traces_experiment(
     out: Path = typer.Option(Path("real-traces-results"), "--out", "-o", help="Folder for cells/ (one file per run, so a "
-                             "killed run resumes), runs.csv, summary.csv, claims.csv, RESULTS.md and one PNG per metric."),
+                             "killed or repeated run resumes: it runs only the cells not there yet), runs.csv, summary.csv, claims.csv, RESULTS.md and one PNG per metric."),
     policies: Optional[str] = typer.Option(None, "--policies", "-p", help="Comma-separated policies (default: the baselines, "
                                            "the published systems, kube-autoscale and edf)."),
     cases: Optional[str] = typer.Option(None, "--cases", help="Comma-separated workloads (default: all; see --help text)."),
@@ -235,6 +263,7 @@ def real_traces_experiment(
     from dlsched.paths import traces_dir
     from dlsched.policies.registry import parse_policy_list
 
+    check_writable_folder(out)  # not an OutputFolder: rerunning into it resumes, by design
     root = traces_dir(traces)
     if root is None:
         raise ConfigError("the real-traces experiment needs the shared traces (--traces DIR or $DLSCHED_TRACES)")

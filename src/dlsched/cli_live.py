@@ -1,9 +1,10 @@
-"""`dlsched serve | submit | status | cancel`: run the live service and talk to it over HTTP.
+"""`dlsched serve | submit | status | cancel | retry | delete`: run the live service and talk to it over HTTP.
 
 The client commands only speak the REST API (httpx), so they work the same against a service on
 this machine or on a cluster's head node (`--url` or DLSCHED_URL). Job files are validated
 locally before anything is sent, so a typo is reported with the file name and the key, not as a
-server response.
+server response. Everything a user or a job wrote (names, reasons, node names, event messages)
+is printed through `cli_support.safe`, so it cannot carry terminal escapes or rich markup.
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from dlsched.cli_support import console, friendly
+from dlsched.cli_support import console, friendly, safe
 from dlsched.core.errors import ConfigError, DlschedError
 
 DEFAULT_URL = "http://127.0.0.1:8765"
+#: Jobs `dlsched status` shows when not told (the newest); the API answers at most 1000 per page.
+STATUS_ROWS = 20
+MAX_ROWS = 1000
 _URL = typer.Option(DEFAULT_URL, "--url", envvar="DLSCHED_URL", help="Where the dlsched service listens.")
 
 
@@ -84,9 +88,12 @@ def read_job_file(path: Path) -> list:
             problems.append(f"{where}: expected a mapping of job keys (model, steps, ...), got {type(item).__name__}")
             continue
         try:
-            jobs.append(TrainJob.model_validate(item))
+            job = TrainJob.model_validate(item)
         except ValidationError as exc:
             problems += [f"{where}: {line}" for line in validation_problems(exc, top="job")]
+            continue
+        jobs.append(job)
+        problems += [f"{where}: {key}: {msg}" for key, msg in job.demand_problems()]  # the service refuses them too
     if problems:
         raise ConfigError(f"{path}: invalid job file\n  " + "\n  ".join(problems))
     return jobs
@@ -120,33 +127,49 @@ _STATUS_STYLE = {"queued": "yellow", "running": "blue", "done": "green", "failed
 def _status(job: dict) -> str:
     s = job["status"]
     extra = " (cancelling)" if job.get("cancel_requested") and s in ("queued", "running") else ""
-    return f"[{_STATUS_STYLE.get(s, 'white')}]{s}{extra}[/]"
+    return f"[{_STATUS_STYLE.get(s, 'white')}]{safe(s)}{extra}[/]"
 
 
-def _jobs_table(jobs: list[dict]) -> Table:
-    table = Table(title=f"{len(jobs)} job(s)", title_justify="left")
-    for col in ("id", "name", "model", "status", "progress", "size", "nodes", "steps/s", "loss", "submitted"):
-        table.add_column(col, no_wrap=col not in ("name", "nodes"))
+def _why(job: dict) -> str:
+    """Why a queued job waits (and its last failure, if any), or why an ended job ended."""
+    waiting, reason = job.get("waiting_reason") or "", job.get("reason") or ""
+    if job["status"] == "queued" and waiting:
+        return waiting + (f" (last run: {reason})" if reason else "")
+    return reason
+
+
+def _jobs_table(jobs: list[dict], title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in ("id", "name", "model", "status", "progress", "size", "nodes", "steps/s", "loss", "submitted", "why"):
+        table.add_column(col, no_wrap=col not in ("name", "nodes", "why"), overflow="fold")
     for j in jobs:
         spec = j["spec"]
         size = (f"{j['workers']}w" + (f"+{j['ps']}ps" if j["ps"] else "")) if j["status"] == "running" else "–"
         table.add_row(
-            j["id"], _esc(j.get("name") or ""), f"{spec['model']}/{spec['mode']}", _status(j), _progress(j), size,
-            _esc(", ".join(j.get("nodes", []))), f"{j['steps_per_s']:.1f}" if j.get("steps_per_s") else "–",
-            f"{j['loss']:.4g}" if j.get("loss") is not None else "–", _ago(j.get("submitted_at")),
+            safe(j["id"]), safe(j.get("name") or ""), safe(f"{spec['model']}/{spec['mode']}"), _status(j),
+            _progress(j), size, safe(", ".join(j.get("nodes", []))),
+            f"{j['steps_per_s']:.1f}" if j.get("steps_per_s") else "–",
+            f"{j['loss']:.4g}" if j.get("loss") is not None else "–", _ago(j.get("submitted_at")), safe(_why(j)[:200]),
         )
     return table
 
 
-def _esc(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
+def _page_title(shown: int, total: int, offset: int, statuses: list[str]) -> str:
+    """'20 newest of 1200 jobs (1180 more: --offset 20)'."""
+    what = f"{' or '.join(statuses)} jobs" if statuses else "jobs"
+    if total == 0:
+        return f"no {what}"
+    if shown == total:
+        return f"{total} {what}"
+    first = "newest" if offset == 0 else f"newest after skipping {offset}"
+    more = total - offset - shown
+    tail = f" ({more} more: --offset {offset + shown})" if more > 0 else ""
+    return f"{shown} {first} of {total} {what}{tail}"
 
 
 def _show_job(job: dict, events: list[dict]) -> None:
     spec = job["spec"]
-    console.print(f"[bold]{job['id']}[/] {_esc(job.get('name') or '')}  {_status(job)}")
+    console.print(f"[bold]{safe(job['id'])}[/] {safe(job.get('name') or '')}  {_status(job)}")
     rows = [
         ("model", f"{spec['model']} ({spec['mode']}), batch {spec['batch_size']}, workers "
                   f"{spec.get('min_workers') or spec['workers']}..{spec.get('max_workers') or spec['workers']}"),
@@ -160,15 +183,17 @@ def _show_job(job: dict, events: list[dict]) -> None:
         ("finished", _ago(job.get("finished_at"))),
         ("job dir", job.get("job_dir") or "–"),
     ]
+    if job["status"] == "queued" and job.get("waiting_reason"):
+        rows.append(("waiting", job["waiting_reason"]))
     if job.get("reason"):
         rows.append(("reason", job["reason"]))
     for key, value in rows:
-        console.print(f"  [bold]{key:<10}[/]", _esc(str(value)) if key != "progress" else value, highlight=False)
+        console.print(f"  [bold]{key:<10}[/]", safe(value) if key != "progress" else value, highlight=False)
     table = Table(title="events", title_justify="left")
     for col in ("time", "kind", "message"):
         table.add_column(col, no_wrap=col != "message")
     for e in events:
-        table.add_row(time.strftime("%H:%M:%S", time.localtime(e["time"])), _esc(e["kind"]), _esc(e.get("message", "")))
+        table.add_row(time.strftime("%H:%M:%S", time.localtime(e["time"])), safe(e["kind"]), safe(e.get("message", "")))
     console.print(table)
 
 
@@ -176,7 +201,7 @@ def _show_job(job: dict, events: list[dict]) -> None:
 
 
 def register_live(app: typer.Typer) -> None:
-    """Add serve/submit/status/cancel to the `dlsched` app."""
+    """Add serve/submit/status/cancel/retry/delete to the `dlsched` app."""
 
     @app.command("serve")
     @friendly
@@ -210,18 +235,32 @@ def register_live(app: typer.Typer) -> None:
         jobs = read_job_file(file)
         for job in jobs:
             view = _request("POST", url, "/jobs", json=job.model_dump(mode="json", exclude_unset=True)).json()
-            label = f" ({_esc(view['name'])})" if view.get("name") else ""
-            console.print(f"submitted [bold]{view['id']}[/]{label}: {job.model} x{job.steps} steps", highlight=False)
+            label = f" ({safe(view['name'])})" if view.get("name") else ""
+            console.print(f"submitted [bold]{safe(view['id'])}[/]{label}: {job.model} x{job.steps} steps",
+                          highlight=False)
 
     @app.command("status")
     @friendly
     def status(
-        job_id: Optional[str] = typer.Argument(None, help="One job to show with its events (default: all jobs)."),
+        job_id: Optional[str] = typer.Argument(None, help="One job to show with its events (default: the newest jobs)."),
+        limit: int = typer.Option(STATUS_ROWS, "--limit", "-n", help=f"Jobs to show, newest first (1..{MAX_ROWS})."),
+        offset: int = typer.Option(0, "--offset", help="Newest jobs to skip (to page back)."),
+        status_: Optional[list[str]] = typer.Option(None, "--status", "-s", help="Only jobs in this status "
+                                                    "(queued, running, done, failed, cancelled, rejected; repeatable)."),
         url: str = _URL,
     ) -> None:
-        """Show the jobs of a running service, or one job and its events."""
+        """Show the newest jobs of a running service (and how many more there are), or one job and its events."""
         if job_id is None:
-            console.print(_jobs_table(_request("GET", url, "/jobs").json()))
+            if not 1 <= limit <= MAX_ROWS:
+                raise ConfigError(f"--limit must be between 1 and {MAX_ROWS}, got {limit}")
+            if offset < 0:
+                raise ConfigError(f"--offset must be 0 or more, got {offset}")
+            statuses = list(status_ or [])
+            params = [("limit", limit), ("offset", offset), ("order", "newest")] + [("status", s) for s in statuses]
+            resp = _request("GET", url, "/jobs", params=params)
+            jobs = resp.json()
+            total = int(resp.headers.get("x-total-count", len(jobs)))
+            console.print(_jobs_table(jobs, safe(_page_title(len(jobs), total, offset, statuses))))
             return
         job = _request("GET", url, f"/jobs/{_quote(job_id)}").json()
         events = _request("GET", url, f"/jobs/{_quote(job_id)}/events").json()
@@ -232,4 +271,24 @@ def register_live(app: typer.Typer) -> None:
     def cancel(job_id: str = typer.Argument(..., help="The job to cancel."), url: str = _URL) -> None:
         """Ask the service to cancel a job (it is stopped, checkpointing, on the controller's next round)."""
         view = _request("POST", url, f"/jobs/{_quote(job_id)}/cancel").json()
-        console.print(f"cancel requested for [bold]{view['id']}[/] (was {view['status']})", highlight=False)
+        console.print(f"cancel requested for [bold]{safe(view['id'])}[/] (was {safe(view['status'])})", highlight=False)
+
+    @app.command("retry")
+    @friendly
+    def retry(job_id: str = typer.Argument(..., help="A failed or cancelled job."), url: str = _URL) -> None:
+        """Queue a failed or cancelled job again; it resumes from its last checkpoint."""
+        view = _request("POST", url, f"/jobs/{_quote(job_id)}/retry").json()
+        console.print(f"[bold]{safe(view['id'])}[/] queued again; resumes from its checkpoint "
+                      f"(step {view.get('steps_done', 0)} of {view['spec']['steps']})", highlight=False)
+
+    @app.command("delete")
+    @friendly
+    def delete(
+        job_id: str = typer.Argument(..., help="An ended job (done, failed, cancelled or rejected)."),
+        purge: bool = typer.Option(False, "--purge", help="Also remove its job directory (checkpoints, progress, logs)."),
+        url: str = _URL,
+    ) -> None:
+        """Remove an ended job and its events from the service's store (and with --purge its files)."""
+        out = _request("DELETE", url, f"/jobs/{_quote(job_id)}", params={"purge": str(purge).lower()}).json()
+        gone = f"; removed {safe(out['purged'])}" if out.get("purged") else ""
+        console.print(f"deleted [bold]{safe(out['id'])}[/] (was {safe(out['status'])}){gone}", highlight=False)

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from dlsched.core.errors import DlschedError, TraceError
+from dlsched.core.text import visible
 
 console = Console()
 if not console.is_terminal:  # piped or in CI: rich would assume 80 columns and squash the table
@@ -17,10 +18,19 @@ if not console.is_terminal:  # piped or in CI: rich would assume 80 columns and 
 err_console = Console(stderr=True)
 
 
+def safe(text: object) -> str:
+    """User text (a job name, a reason, a file name) made safe to print on a rich console: every
+    control or invisible formatting character is shown as its escape (`\\x1b`, `\\n`, `\\u202e`), so
+    it cannot recolour the terminal, move the cursor or fake a line, and rich markup is escaped, so
+    `[red]` prints as typed. Every command prints user text through this one function."""
+    return escape(visible(text))
+
+
 def _error(message: str) -> None:
     """One error, never wrapped: a `file:row: column: problem` line must stay whole to be grepped,
-    and its text is printed as is (a path with brackets is not rich markup)."""
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    and its text goes through `safe` (a path with brackets is not rich markup)."""
+    shown = "\n".join(safe(line) for line in str(message).split("\n"))  # our own line breaks stay
+    err_console.print(f"[bold red]error:[/] {shown}", highlight=False, soft_wrap=True)
 
 
 def friendly(fn: Callable) -> Callable:
@@ -33,7 +43,7 @@ def friendly(fn: Callable) -> Callable:
         except TraceError as exc:
             _error(str(exc))
             for line in exc.problems:
-                err_console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+                err_console.print(f"  {safe(line)}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         except DlschedError as exc:
             _error(str(exc))

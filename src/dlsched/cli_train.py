@@ -17,13 +17,16 @@ train_app = typer.Typer(help="Train learned schedulers (DL2).", add_completion=F
 @train_app.command("dl2")
 @friendly
 def train_dl2_cmd(
-    out: Path = typer.Option(Path("dl2-training"), "--out", "-o", help="Folder for model.pt, checkpoint.pt and validation.csv."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for model.pt, checkpoint.pt and validation.csv. "
+                                       "Default: dl2-training, or the first dl2-training-N that is empty (an earlier "
+                                       "model is never replaced silently); --resume continues in the folder given."),
     config: Optional[Path] = typer.Option(None, "--config", help="YAML with DL2TrainConfig keys (episodes, lr, window, teacher, seeds...)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from OUT/checkpoint.pt (same config required)."),
     rl_episodes: Optional[int] = typer.Option(None, "--rl-episodes", help="Override the config's RL episodes (0: warm-up only)."),
     warmup_traces: Optional[int] = typer.Option(None, "--warmup-traces", help="Override the teacher workloads recorded (0: no warm-up)."),
     traces: Optional[Path] = typer.Option(None, "--traces", help="Shared traces folder (DL2's measured speeds, the ITP deadline traces). Default: "
                                           "$DLSCHED_TRACES, else ../shared/traces beside the source checkout."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Train afresh in an --out folder that already holds files."),
 ) -> None:
     """Train DL2: supervised warm-up on a teacher's decisions (DRF by default), then actor-critic RL
     with prioritised replay, validated on held-out workloads: DL2's (default) or, with `workloads: itp`
@@ -32,6 +35,7 @@ def train_dl2_cmd(
     from dlsched.policies.registry import make_policy
     from dlsched.rl.train_dl2 import DL2TrainConfig, train_dl2
     from dlsched.config import read_yaml_model
+    from dlsched.output_folder import OutputFolder, check_writable_folder
     from dlsched.paths import traces_dir
 
     cfg = read_yaml_model(config, DL2TrainConfig, "DL2 training config") if config else DL2TrainConfig()
@@ -39,6 +43,13 @@ def train_dl2_cmd(
     updates = {k: v for k, v in (("rl_episodes", rl_episodes), ("warmup_traces", warmup_traces)) if v is not None}
     if updates:
         cfg = DL2TrainConfig(**{**cfg.model_dump(), **updates})
+    if resume:  # the folder is the training's state: continue there
+        out = out or Path("dl2-training")
+        check_writable_folder(out)
+    else:
+        out, moved = OutputFolder(out, "dl2-training", overwrite).claim()
+        if moved:
+            console.print(f"[bold]output[/] {moved}", highlight=False, soft_wrap=True)
     with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
                   TimeElapsedColumn(), console=err_console) as bar:
         tasks: dict[str, int] = {}

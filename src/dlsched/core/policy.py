@@ -45,6 +45,12 @@ class Policy:
     def schedule(self, snap: Snapshot) -> Plan:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def waiting_reasons(self, snap: Snapshot, plan: Plan) -> dict[str, str]:
+        """Optional: why jobs of `snap.pending` that `plan` leaves waiting were not started, by job
+        id, in words for the job's owner (the live service shows them). Asked right after
+        `schedule`; a job left out gets the service's generic reason (which resource blocks it)."""
+        return {}
+
 
 class Wrapper(Policy):
     """A policy around another: everything it does not set is the inner policy's (read-through,
@@ -78,6 +84,9 @@ class Wrapper(Policy):
 
     def schedule(self, snap: Snapshot) -> Plan:
         return self.inner.schedule(snap)
+
+    def waiting_reasons(self, snap: Snapshot, plan: Plan) -> dict[str, str]:
+        return self.inner.waiting_reasons(snap, plan)
 
     def __getattr__(self, attr: str) -> Any:
         if attr == "inner":  # not set yet (copy, unpickling): no recursion

@@ -78,6 +78,7 @@ class JobState:
     _run_time: float = 0.0
     _held_gpu_seconds: float = 0.0
     _node_seconds: float = 0.0
+    _waited: float = 0.0
 
     # --- continuously growing quantities ---------------------------------------------------
     def _elapsed(self) -> float:
@@ -123,6 +124,16 @@ class JobState:
         extra = self.held_gpus * self._elapsed() if self.held is not None else 0.0
         return self._held_gpu_seconds + extra
 
+    @property
+    def waited(self) -> float:
+        """Seconds spent waiting since submit: every stretch the job was neither running nor
+        ended — before its first start and after each preemption or failed run (a held partial
+        placement is still waiting). Folded in by `settle` like the other totals, so it costs
+        nothing per event beyond the lifecycle's own starts and stops."""
+        if self.status is not JobStatus.PENDING:
+            return self._waited
+        return self._waited + self._elapsed()
+
     def finish_work(self) -> None:
         """All its iterations are done (a completion: the driver has settled the job first)."""
         self._progress = self.spec.iterations
@@ -143,7 +154,7 @@ class JobState:
         self.clock.now = now
         self._progress, self._attained = self.progress, self.attained_service
         self._run_time, self._held_gpu_seconds = self.run_time, self.held_gpu_seconds
-        self._node_seconds = self.node_seconds
+        self._node_seconds, self._waited = self.node_seconds, self.waited
         self.clock.now = prev
         self.last_update = now
 

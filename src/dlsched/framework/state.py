@@ -4,7 +4,9 @@ Both drivers keep their jobs here — the simulator (virtual clock, throughput m
 controller (wall clock, backend) — so a job is admitted, started, resized, preempted, held,
 finished and rejected by the same code in both. A decision is: `snapshot` → policy → `diff`
 (which validates the whole plan before anything changes) → the driver carries out the Actions,
-calling `start`/`stop`/`hold`/`end` here as it does.
+calling `start`/`stop`/`hold`/`end` here as it does. Each of them settles the job first, which
+folds what accrued since its last change — progress, service, and the time it waited
+(`JobState.waited`, every wait, not only the first) — so no accounting needs per-tick work.
 
 Jobs live in insertion-ordered dicts (`pending`, `running`, `holding`) updated as jobs move, so a
 decision never rebuilds them; the snapshot also carries what changed since the previous one
@@ -109,6 +111,18 @@ class ClusterState:
         if preempted:
             js.preemptions += 1
         del self.running[js.job_id]
+        self.pending[js.job_id] = js
+        self._stopped.append(js)
+
+    def park(self, js: JobState) -> None:
+        """Take a waiting job out of the policy's view until `unpark` (the live controller's retry
+        backoff after a failed run): it stays in `jobs`, holds nothing and no plan may place it."""
+        self._drop_hold(js)
+        del self.pending[js.job_id]
+        self._stopped = [j for j in self._stopped if j is not js]
+
+    def unpark(self, js: JobState) -> None:
+        """A parked job waits for the policy again (it shows as stopped, like a failed run)."""
         self.pending[js.job_id] = js
         self._stopped.append(js)
 
@@ -235,6 +249,9 @@ class ClusterState:
                     continue
             elif js.status is not JobStatus.PENDING:
                 raise PlanError(f"policy {policy!r} at t={now:.1f}: job {jid!r} is {js.status.value}, it cannot run")
+            elif jid not in self.pending:
+                raise PlanError(f"policy {policy!r} at t={now:.1f}: job {jid!r} is waiting out a retry backoff, "
+                                "it cannot run yet")
             check_shape(policy, now, js.spec, alloc, self.cluster)
             runs.append(Action(Kind.RESIZE if js.status is JobStatus.RUNNING else Kind.START, jid, alloc))
         if plan.keep_running:
@@ -249,7 +266,7 @@ class ClusterState:
         holds: list[Action] = []
         for jid, alloc in plan.held.items():
             js = jobs.get(jid)
-            if js is None or js.status is not JobStatus.PENDING or jid in plan.allocations:
+            if js is None or jid not in self.pending or jid in plan.allocations:
                 raise PlanError(f"policy {policy!r} at t={now:.1f}: held job {jid!r} must be pending and not running")
             if js.held != alloc:
                 check_shape(policy, now, js.spec, alloc, self.cluster, gang=False)

@@ -52,7 +52,8 @@ class Observation:
     samples: list[tuple[int, float]] = field(default_factory=list)  # (step, loss) so far, all runs
     run_started: float | None = None  # unix time the current run was launched
     first_step_at: float | None = None  # unix time the current run finished its first step
-    message: str = ""  # why it failed, for people
+    message: str = ""  # why it failed, for people: the full text (log tails included)
+    resume: dict | None = None  # the current run's "resume" record (`dlsched.trainer.protocol`), once written
 
 
 class Backend(ABC):

@@ -39,12 +39,15 @@ from dlsched.framework.actions import Action, Kind
 from dlsched.framework.state import ClusterState
 from dlsched.framework.triggers import Triggers
 from dlsched.live.backend import Backend, Launch, Observation
+from dlsched.live.admission import admission_problems
 from dlsched.live.job_record import JobRecord, LiveJobState
+from dlsched.live.spec import TrainJob
+from dlsched.live.waiting import waiting_reasons
+from dlsched.live.retry import RetryConfig, waiting_note
+from dlsched.live.runs import one_line
 
 log = logging.getLogger("dlsched.controller")
 
-#: A run that fails this many times in a row is given up (a bug in the job, not bad luck).
-MAX_FAILURES = 3
 #: What a policy may assume a resize costs before any has been measured.
 DEFAULT_RESTART_OVERHEAD = 5.0
 
@@ -64,13 +67,15 @@ class Controller:
 
     def __init__(self, store, backend: Backend, policy: Policy, *, work_dir: Path, tick: float = 1.0,
                  metrics=None, clock: Callable[[], float] = time.time, seed: int = 0, stop_timeout: float = 30.0,
-                 restart_overhead: float = DEFAULT_RESTART_OVERHEAD):
+                 restart_overhead: float = DEFAULT_RESTART_OVERHEAD, retry: RetryConfig | None = None):
         refusal = live_refusal(policy)
         if refusal:
             raise ConfigError(refusal)
         self.backend, self.policy, self.metrics, self.clock = backend, policy, metrics, clock
         self.tick, self.stop_timeout = tick, stop_timeout
         self.assumed_restart = restart_overhead  # until a pause is measured
+        self.retry = retry or RetryConfig()
+        self.backing_off: dict[str, LiveJobState] = {}  # failed runs waiting out their backoff (parked)
         self.cluster = backend.cluster()
         self.rng = np.random.default_rng(seed)
         self.record = JobRecord(store, Path(work_dir), self.cluster, clock)
@@ -87,6 +92,13 @@ class Controller:
         self._pending_pause: dict[str, tuple[float, str]] = {}  # job -> (unix time asked, kind)
         self._happened: set[str] = set()
         self.last_error = ""  # why the last decision failed; "" once one succeeds
+        # Why queued jobs wait: `waiting_notes` is for any part of the controller to set (a job
+        # backing off after a failure) and wins over the computed reason; `_policy_said` is the
+        # policy's own word at its last decision; `_waiting` is what the store shows now.
+        self.waiting_notes: dict[str, str] = {}
+        self._policy_said: dict[str, str] = {}
+        self._last_decision: float | None = None
+        self._waiting: dict[str, str] = {}
         self._lock = threading.Lock()
         policy.reset(self.cluster, seed)
         self._recover()
@@ -103,6 +115,8 @@ class Controller:
         finished meanwhile it is marked done (never run again); otherwise it waits for the policy
         and resumes from its checkpoint."""
         for view in self.store.list(["queued", "running"]):
+            if view.waiting_reason:  # the last service's word: replaced (or cleared) on the first round
+                self._waiting[view.id] = view.waiting_reason
             js = self._admit(view)
             if view.status != "running" or js.status is not JobStatus.PENDING:
                 continue
@@ -123,10 +137,20 @@ class Controller:
         js = LiveJobState.from_view(view, self.epoch, self.time, index=self.admitted)
         self.admitted += 1
         reason = self.state.arrive(js, self.time.now)
+        demand = view.spec.demand_problems()
+        if not reason and demand:  # stored before the rule, or by a client that skipped it
+            reason = f"{demand[0][0]}: {demand[0][1]}"
+            self.state.end(js, self.time.now, JobStatus.REJECTED, reason)
         if reason:
             self.record.ended(js, "rejected", reason)
-        else:
-            self._happened.add("arrival")
+            return js
+        self._happened.add("arrival")
+        kept = self.record.retry_state(view.id)
+        if kept:  # a service restarted while the job backed off: the count and the wait carry over
+            js.failures, js.failed_at_step = int(kept.get("failures", 0)), float(kept.get("failed_at_step", -1.0))
+            until = kept.get("retry_at")
+            if view.status == "queued" and isinstance(until, (int, float)) and until > self.time.now:
+                self._park(js, float(until))
         return js
 
     # ------------------------------------------------------------------ one round
@@ -135,12 +159,14 @@ class Controller:
         with self._lock:
             self.time.now = self.now()
             self._ingest()
+            self._end_backoffs()
             self._observe()
             reasons = self.triggers.due(self.time.now, self._happened)
             self._happened = set()
             if reasons and (self.state.pending or self.state.running):
                 self._decide(reasons)
             self.record.publish(self.state, self.metrics)
+            self._publish_waiting()
             self._forget_ended()
 
     def run(self, stop: threading.Event) -> None:
@@ -173,6 +199,7 @@ class Controller:
             if o is None:
                 continue
             self._fold(js, o)
+            self._note_resume(js, o)
             done = self.record.done_marker(js.job_id)
             if o.state == "done" or done is not None:  # finished, even while its ranks still exit:
                 self._finish(js, done or {})  # never resize or restart a complete job (`forget` stops the rest)
@@ -199,19 +226,89 @@ class Controller:
             js.observed_rates[(a.num_nodes, a.num_workers, a.num_ps)] = js.rate
 
     def _failed(self, js: LiveJobState, o: Observation) -> None:
-        """A run died without finishing: back to the queue, resuming from its checkpoint."""
+        """A run died without finishing: retried from its checkpoint after a backoff (`live/retry.py`),
+        or, after `retry.attempts` failures in a row without getting further, the job has failed.
+        The event keeps the whole message (log tails); the job's reason is one line."""
         self.backend.forget(js.job_id)
         if o.step > js.failed_at_step:  # it got further than last time: not a crash loop
             js.failures = 0
         js.failures += 1
         js.failed_at_step = max(js.failed_at_step, float(o.step))
         self._happened.add("failure")  # its resources came free
-        if js.failures >= MAX_FAILURES:
-            self._end(js, JobStatus.UNFINISHED, "failed",
-                      f"{js.failures} runs failed in a row; last: {o.message or o.state}")
+        summary = one_line(o.message) or f"run {o.state}"
+        attempts = self.retry.attempts
+        data = {"step": int(o.step), "failures": js.failures, "attempts": attempts, "summary": summary}
+        if js.failures >= attempts:
+            self.record.event(js, "failed-run", o.message or summary, data)
+            runs = "1 run failed" if attempts == 1 else f"{js.failures} runs failed in a row without getting further"
+            self._end(js, JobStatus.UNFINISHED, "failed", f"{runs}; last: {summary}")
             return
+        delay = self.retry.delay(js.failures)
         self.state.stop(js, self.time.now, preempted=False)
-        self.record.queued(js, "failed-run", o.message[:2000] or o.state, reason=o.message[:500])
+        note = f"retrying in {delay:.0f} s (attempt {js.failures + 1}/{attempts})"
+        self.record.queued(js, "failed-run", o.message or summary, reason=f"run failed: {summary}; {note}")
+        if delay > 0:
+            self._park(js, self.time.now + delay)
+            self.record.event(js, "backoff", note, {**data, "delay_s": delay, "retry_at": self.epoch + js.retry_at})
+        else:  # no backoff: it waits for the policy at once, as after a node failure in the simulator
+            self.record.save_retry(js)
+
+    def _park(self, js: LiveJobState, until: float) -> None:
+        """The job waits out its backoff where no policy sees it (`ClusterState.park`)."""
+        js.retry_at = until
+        self.state.park(js)
+        self.backing_off[js.job_id] = js
+        self.record.save_retry(js)
+
+    def _end_backoffs(self) -> None:
+        """Jobs whose backoff is over wait for the policy again."""
+        for jid, js in list(self.backing_off.items()):
+            if js.retry_at is not None and js.retry_at > self.time.now:
+                continue
+            del self.backing_off[jid]
+            js.retry_at = None
+            self.state.unpark(js)
+            self.record.save_retry(js)
+            self.record.event(js, "retry", f"backoff over: waiting for the policy (attempt {js.failures + 1}/"
+                              f"{self.retry.attempts})")
+            self._happened.add("arrival")  # it is back in the queue
+
+    def waiting_note(self, job_id: str) -> str:
+        """Why a queued job is not placed, as far as retries go: "retrying in 40 s (attempt 2/5)",
+        or "" when it is not backing off (what the API and status page can show)."""
+        js = self.backing_off.get(job_id)
+        if js is None or js.retry_at is None:
+            return ""
+        return waiting_note(js.retry_at, self.now(), js.failures + 1, self.retry.attempts)
+
+    def _note_resume(self, js: LiveJobState, o: Observation) -> None:
+        """Turn the trainer's "resume" record into an event when the run did not start where the
+        job was: a newer checkpoint was bad (fallback), none was usable, or none was there."""
+        rec = o.resume
+        run = rec.get("run") if rec is not None else None
+        if rec is None or run == js.resume_noted:
+            return
+        js.resume_noted = run
+        step = rec.get("step") if isinstance(rec.get("step"), int) else 0
+        problems = [str(p) for p in rec.get("problems") or []]
+        used = rec.get("checkpoint")
+        known = js.resume_expected
+        lost = max(0, known - step) if known is not None else None
+        steps_lost = f", {lost} steps lost" if lost is not None else ""
+        if problems and used:
+            kind = "checkpoint-fallback"
+            msg = f"newest checkpoint unusable ({problems[0]}): resumed from {used} at step {step}{steps_lost}"
+        elif problems:
+            kind = "checkpoint-unusable"
+            msg = f"no usable checkpoint ({'; '.join(problems)}): restarting from step 0{steps_lost}"
+        elif used is None and known:
+            kind, msg = "checkpoint-missing", f"checkpoint missing: restarting from step 0, {lost} steps lost"
+        else:
+            return
+        if known is None and self.record.noted(js.job_id, kind, run):
+            return  # an adopted run: said before this service restarted
+        self.record.event(js, kind, msg, {"run": run, "step": step, "lost_steps": lost, "checkpoint": used,
+                                          "problems": problems})
 
     # ------------------------------------------------------------------ decisions
     def _decide(self, reasons: tuple[str, ...]) -> None:
@@ -220,6 +317,7 @@ class Controller:
         t0 = time.perf_counter()
         try:
             plan = self.policy.schedule(snap)
+            said = self._policy_reasons(snap, plan)
             actions = self.state.diff(plan, self.time.now, self.policy.name)
         except PlanError as exc:  # a policy bug: keep the cluster as it is and say why
             self._decision_failed(f"plan refused: {exc}")
@@ -235,11 +333,20 @@ class Controller:
             if self.metrics is not None:
                 self.metrics.decision_seconds.observe(spent)
         self.last_error = ""
+        self._policy_said, self._last_decision = said, self.time.now
         if self.metrics is not None:
             self.metrics.decision_failing.set(0)
         self.triggers.wake_at(plan.wake_at, self.time.now)
         for a in actions:
             self._act(a)
+
+    def _policy_reasons(self, snap, plan) -> dict[str, str]:
+        """The policy's own words on its waiting jobs; a failure there only costs the words."""
+        try:
+            return {str(k): str(v) for k, v in (self.policy.waiting_reasons(snap, plan) or {}).items()}
+        except Exception:
+            log.exception("policy %r failed to give waiting reasons", self.policy.name)
+            return {}
 
     def _decision_failed(self, message: str) -> None:
         log.error("%s", message)
@@ -271,6 +378,7 @@ class Controller:
             self._pending_pause.setdefault(js.job_id, (self.clock(), "start" if js.first_start is None else (
                 "resize" if old else "restart")))
             self.state.apply(a, self.time.now)
+            js.resume_expected = int(js.reported_progress)  # what its "resume" record is checked against
             self.backend.start(self._launch(js, a.allocation, attempt=js.attempt))
             js.attempt += 1
             self.record.running(js, a.allocation)
@@ -306,6 +414,8 @@ class Controller:
         """A terminal state: done, failed, cancelled or rejected."""
         self.state.end(js, self.time.now, status, reason)
         self._pending_pause.pop(js.job_id, None)
+        if self.backing_off.pop(js.job_id, None) is not None or js.failures:
+            self.record.clear_retry(js.job_id)
         self._happened.add("completion")
         self.record.ended(js, label, reason, **fields)
 
@@ -314,6 +424,20 @@ class Controller:
         for jid in [j for j, s in self.state.jobs.items() if s.status not in (JobStatus.PENDING, JobStatus.RUNNING)]:
             del self.state.jobs[jid]
             self.record.forget(jid, self.metrics)
+
+    def _publish_waiting(self) -> None:
+        """Write why each queued job waits (changed ones only) and clear it for jobs that left the queue."""
+        queued = {jid: js for jid, js in self.state.jobs.items() if js.status is JobStatus.PENDING}
+        notes = {**self.waiting_notes, **{jid: self.waiting_note(jid) for jid in self.backing_off}}
+        now = waiting_reasons(queued, self.state.free, self.cluster, notes=notes,
+                              policy_said=self._policy_said, policy=self.policy.name,
+                              last_decision=self._last_decision)
+        changed = {jid: {"waiting_reason": r} for jid, r in now.items() if self._waiting.get(jid) != r}
+        changed.update({jid: {"waiting_reason": ""} for jid in self._waiting if jid not in now})
+        self.store.update_many(changed)
+        self._waiting = now
+        for jid in [j for j in self.waiting_notes if j not in queued]:
+            del self.waiting_notes[jid]  # a note is about one wait: it ends when the job leaves the queue
 
     def _count(self, kind: str) -> None:
         if self.metrics is not None:
@@ -333,6 +457,14 @@ class Controller:
             return {"nodes": nodes, "policy": self.policy.name, "backend": self.backend.name,
                     "decisions": self.decisions, "last_error": self.last_error}
 
+    def admission_problems(self, job: TrainJob) -> list[tuple[str, str]]:
+        """Why `job` may not be admitted to this cluster ([] when it may): asked by the API at submit."""
+        return admission_problems(job, self.cluster)
+
+    def job_dir(self, job_id: str) -> Path:
+        """Where the job's checkpoints and progress live (what `DELETE /jobs/{id}?purge=true` removes)."""
+        return self.record.job_dir(job_id)
+
     def health(self) -> str:
         """"" when the last decision succeeded, else why it failed."""
         return self.last_error
@@ -340,7 +472,7 @@ class Controller:
     def idle(self) -> bool:
         """No job waiting or running (what a batch run waits for)."""
         with self._lock:
-            return not (self.state.pending or self.state.running)
+            return not (self.state.pending or self.state.running or self.backing_off)
 
     def shutdown(self, stop_jobs: bool = True) -> None:
         """Stop the running jobs (checkpointing; they resume when the service starts again) or

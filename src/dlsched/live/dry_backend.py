@@ -38,8 +38,10 @@ class _Run:
     launch: Launch
     started: float
     base: int  # checkpointed steps it resumed from
+    run_id: str = ""
     stopped: bool = False
     failed: bool = False
+    message: str = ""
     history: list[tuple[int, float]] = field(default_factory=list)
 
 
@@ -71,7 +73,8 @@ class DryBackend(Backend):
     def start(self, launch: Launch) -> None:
         assert launch.job_id not in self.runs or self.runs[launch.job_id].stopped or self.runs[launch.job_id].failed
         self.launches.append(launch)
-        self.runs[launch.job_id] = _Run(launch, self.clock(), self.checkpoints.get(launch.job_id, 0))
+        self.runs[launch.job_id] = _Run(launch, self.clock(), self.checkpoints.get(launch.job_id, 0),
+                                        run_id=f"{launch.job_id}-dry{len(self.launches)}")
 
     def stop(self, job_id: str, timeout: float = 30.0) -> None:
         run = self.runs.get(job_id)
@@ -80,12 +83,17 @@ class DryBackend(Backend):
         self.checkpoints[job_id] = self._step(run)
         run.stopped = True
 
-    def crash(self, job_id: str) -> None:
-        """Make the job's current run fail, losing what it did since its start (tests)."""
+    def crash(self, job_id: str, message: str = "killed") -> None:
+        """Make the job's current run fail with `message`, losing what it did since its start (tests)."""
         run = self.runs[job_id]
+        run.message = message
         self.checkpoints[job_id] = run.base  # nothing checkpointed since the start
         run.failed = True
         run.history.append((self._step(run), 0.0))
+
+    def lose_checkpoint(self, job_id: str) -> None:
+        """Delete the job's checkpoint: its next run starts from step 0 (tests)."""
+        self.checkpoints[job_id] = 0
 
     def observe(self) -> dict[str, Observation]:
         out = {}
@@ -102,7 +110,9 @@ class DryBackend(Backend):
                 steps_per_s=self.rate(run.launch) if started else None,
                 samples=[(s, 1.0 / (1 + s)) for s in range(0, step + 1, max(1, step // 10 or 1))],
                 run_started=run.started, first_step_at=first if started else None,
-                message="killed" if run.failed else "",
+                message=run.message if run.failed else "",
+                resume={"event": "resume", "run": run.run_id, "step": run.base, "problems": [],
+                        "checkpoint": f"dry-{run.base}" if run.base else None},
             )
         return out
 

@@ -29,6 +29,9 @@ class LiveJobState(JobState):
     failures: int = 0  # failed runs without progress past the previous failure
     failed_at_step: float = -1.0
     attempt: int = 0  # runs started so far
+    retry_at: float | None = None  # controller time its retry backoff ends (None: not backing off)
+    resume_expected: int | None = None  # steps known when its current run was launched (None: adopted)
+    resume_noted: str | None = None  # run whose "resume" record was looked at
 
     @classmethod
     def from_view(cls, view, epoch: float, clock: Clock, index: int) -> "LiveJobState":
@@ -82,6 +85,30 @@ class JobRecord:
         except (KeyError, ValueError, TypeError):
             return None  # the cluster changed since: restart from the checkpoint instead
         return Allocation.of(placement)
+
+    def retry_state(self, job_id: str) -> dict | None:
+        """The retry bookkeeping `save_retry` kept (failures in a row, backoff end), if any."""
+        raw = self.store.get_meta(f"retry:{job_id}")
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:
+            return None
+
+    def save_retry(self, js: LiveJobState) -> None:
+        """Keep a job's failures in a row and backoff end across a restart of the service, so a
+        restart neither forgets a crash loop nor places a job before its backoff ends."""
+        self.store.set_meta(f"retry:{js.job_id}", json.dumps(
+            {"failures": js.failures, "failed_at_step": js.failed_at_step, "retry_at": js.retry_at}))
+
+    def clear_retry(self, job_id: str) -> None:
+        """A job ended: a later manual retry starts with a clean count."""
+        if self.store.get_meta(f"retry:{job_id}"):
+            self.store.set_meta(f"retry:{job_id}", "")
+
+    def noted(self, job_id: str, kind: str, run: str) -> bool:
+        """Whether an event of `kind` about trainer run `run` is already recorded (a restarted
+        service re-reads the progress log of a run it adopts)."""
+        return any(e.kind == kind and (e.data or {}).get("run") == run for e in self.store.events(job_id))
 
     # ------------------------------------------------------------------ transitions
     def event(self, js: JobState, kind: str, message: str, data: dict | None = None) -> None:

@@ -21,6 +21,7 @@ pause is `first_step_at - last_stop_requested[job_id]`. `run_started` is when th
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from abc import abstractmethod
@@ -37,6 +38,8 @@ EXIT_GRACE_S = 5.0
 DONE_GRACE_S = 15.0
 #: After SIGKILL, how long to wait for the ranks to be gone.
 KILL_WAIT_S = 10.0
+#: Longest one-line failure summary.
+SUMMARY_LIMIT = 300
 
 
 def rank_layout(launch: Launch, node_names: tuple[str, ...] | list[str]) -> list[tuple[str, int]]:
@@ -135,6 +138,30 @@ def failure_message(culprits: list[Rank]) -> str:
     return msg
 
 
+def last_error_line(text: str) -> str:
+    """The line of a log tail that says what went wrong: the last one naming an error (a Python
+    traceback ends with it; the trainer's own "rank N failed: ..." too), else the last line."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("--- tail of ")]
+    for ln in reversed(lines):
+        if _ERROR_LINE.search(ln):
+            return ln
+    return lines[-1] if lines else ""
+
+
+_ERROR_LINE = re.compile(r"error|exception|failed|fatal|killed|abort|timeout", re.IGNORECASE)
+
+
+def one_line(message: str) -> str:
+    """A failure message (`failure_message`, or any backend's) in one line for people: its first
+    line (how the ranks ended) and the last error line of the log tail below it, without control
+    characters, at most `SUMMARY_LIMIT` characters. The full text belongs in the job's events."""
+    head, _, rest = message.strip().partition("\n")
+    line = last_error_line(rest)
+    text = f"{head}: {line}" if line else head
+    text = "".join(c if c.isprintable() else " " for c in text)
+    return text if len(text) <= SUMMARY_LIMIT else text[: SUMMARY_LIMIT - 1] + "…"
+
+
 def observation(job: Job) -> Observation:
     """What the controller sees of `job`: the run's state, and progress from the log."""
     run, rd = job.run, job.reader
@@ -144,10 +171,12 @@ def observation(job: Job) -> Observation:
             first = float(rec["time"])
             break
     current = rd.last is not None and rd.last.get("run") == run.run_id
+    resume = next((rec for rec in reversed(rd.resumes) if rec.get("run") == run.run_id), None)
     return Observation(
         job_id=run.launch.job_id, state=run.state, step=rd.step, loss=rd.loss,
         steps_per_s=rd.steps_per_s if current and run.state == "running" else None,
-        samples=list(rd.samples), run_started=run.started, first_step_at=first, message=run.message)
+        samples=list(rd.samples), run_started=run.started, first_step_at=first, message=run.message,
+        resume=resume)
 
 
 class RankBackend(Backend):

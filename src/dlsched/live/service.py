@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dlsched.core.errors import ConfigError
+from dlsched.live.retry import RetryConfig
 
 log = logging.getLogger("dlsched.service")
 
@@ -40,6 +41,7 @@ class ServiceConfig(BaseModel):
     policy_options: dict[str, Any] = Field(default_factory=dict)
     tick: float = Field(1.0, gt=0, le=3600, description="seconds between controller rounds")
     stop_jobs_on_exit: bool = Field(True, description="checkpoint and stop jobs on exit (else leave them for adoption)")
+    retry: RetryConfig = Field(default_factory=RetryConfig, description="backoff between failed runs of a job")
 
     def database_url(self) -> str:
         return self.db_url or f"sqlite:///{(self.work_dir / 'dlsched.db').resolve()}"
@@ -111,7 +113,7 @@ class Service:
         self.backend = make_backend(cfg)
         try:
             self.controller = Controller(self.store, self.backend, policy, work_dir=cfg.work_dir, tick=cfg.tick,
-                                         metrics=self.metrics)
+                                         metrics=self.metrics, retry=cfg.retry)
         except BaseException:
             self.backend.close()
             raise

@@ -66,6 +66,20 @@ class TrainJob(BaseModel):
             raise ValueError("min_ps/max_ps only apply to mode 'ps'")
         return self
 
+    def demand_problems(self) -> list[tuple[str, str]]:
+        """Why this job may not run at all, as (key, problem) pairs ([] when it may).
+
+        Admission counts what a job declares: a worker that declares neither a whole GPU slot
+        nor a whole CPU takes (almost) nothing from the cluster, so any number of them would fit
+        at once (30 zero-demand jobs once ran together on 8 slots). Kept out of the field
+        constraints on purpose: a job stored before this rule must still be readable, so that
+        the controller can reject it with this reason instead of the store failing to load it."""
+        if self.gpus_per_worker >= 1 or self.cpus_per_worker >= 1:
+            return []
+        return [("gpus_per_worker", f"each worker must take at least 1 GPU slot or 1 CPU, so that the cluster "
+                 f"bounds how many run at once; this job declares {self.gpus_per_worker:g} GPU and "
+                 f"{self.cpus_per_worker:g} CPU per worker")]
+
     def job_spec(self, job_id: str, submit_time: float) -> JobSpec:
         """The scheduler's view of this job (`submit_time` on the controller's clock)."""
         ps_mode = self.mode == "ps"

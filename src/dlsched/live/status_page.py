@@ -1,5 +1,9 @@
 """The service's HTML status page (GET /): cluster nodes and the jobs table with progress bars.
 
+The table shows one page of jobs, newest first (`?offset=` pages back, `?status=` filters), so
+the page stays small however many jobs the store holds; the counts per status are of all jobs.
+A queued job shows why it waits.
+
 The page is rendered on the server with every user-supplied string escaped, and is entirely
 self-contained (inline CSS and a few lines of script, no external assets), so it works on an
 air-gapped cluster. The script re-fetches the page every few seconds and swaps in the new body,
@@ -9,12 +13,36 @@ which keeps the scroll position; without JavaScript a meta refresh does the same
 from __future__ import annotations
 
 import time
-from html import escape
-from typing import Any, Sequence
+from dataclasses import dataclass
+from html import escape as _html
+from typing import Any, Mapping, Sequence
+from urllib.parse import urlencode
 
+from dlsched.core.text import visible
 from dlsched.live.store import JobView
 
+
+def escape(text: str) -> str:
+    """User text for the page: control characters shown as escapes, then HTML-escaped."""
+    return _html(visible(text))
+
 REFRESH_SECONDS = 3
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """One page of the jobs table: `jobs` newest first, `offset` of them skipped out of `total`."""
+
+    jobs: Sequence[JobView]
+    total: int
+    offset: int
+    limit: int
+    statuses: tuple[str, ...] = ()
+
+    def link(self, offset: int) -> str:
+        """The URL of the page at `offset`, with the same status filter."""
+        query = [("status", s) for s in self.statuses] + ([("offset", offset)] if offset else [])
+        return "/" + (f"?{urlencode(query)}" if query else "")
 
 _STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:1.5rem;color:#222;background:#fafafa}
@@ -31,12 +59,14 @@ th{background:#f0f0f0;font-weight:600}
 .nodes{display:flex;flex-wrap:wrap;gap:.6rem}
 .node{background:#fff;border:1px solid #ddd;border-radius:6px;padding:.5rem .7rem;min-width:13rem;font-size:.85rem}
 .node b{font-size:.95rem}
+td.why{white-space:normal;color:#555;max-width:28rem}
+.pager{margin:.5rem 0;font-size:.9rem}
 """
 
 _SCRIPT = """
 setInterval(async () => {
   try {
-    const r = await fetch(location.pathname, {cache: "no-store"});
+    const r = await fetch(location.pathname + location.search, {cache: "no-store"});
     if (!r.ok) return;
     const doc = new DOMParser().parseFromString(await r.text(), "text/html");
     const fresh = doc.getElementById("content");
@@ -72,11 +102,27 @@ def _nodes_html(cluster: dict[str, Any] | None, problem: str = "") -> str:
     return head + '<div class="nodes">' + "".join(cards) + "</div>"
 
 
-def _jobs_html(jobs: Sequence[JobView]) -> str:
-    if not jobs:
+def _pager(page: JobPage) -> str:
+    """'jobs 1–50 of 1200 (newest first) · ← newer · older →'."""
+    first, last = page.offset + 1, page.offset + len(page.jobs)
+    what = f" {escape(', '.join(page.statuses))}" if page.statuses else ""
+    parts = [f"{what.strip() or 'jobs'} {first}–{last} of {page.total} (newest first)"]
+    if page.offset > 0:
+        parts.append(f'<a href="{escape(page.link(max(0, page.offset - page.limit)))}">← newer</a>')
+    if last < page.total:
+        parts.append(f'<a href="{escape(page.link(last))}">older →</a> ({page.total - last} more)')
+    if page.statuses:
+        parts.append('<a href="/">all jobs</a>')
+    return '<p class="pager muted">' + " · ".join(parts) + "</p>"
+
+
+def _jobs_html(page: JobPage) -> str:
+    if not page.jobs:
+        if page.total or page.statuses or page.offset:
+            return '<p class="muted">no jobs on this page · <a href="/">first page</a></p>'
         return '<p class="muted">no jobs yet: submit one with <code>dlsched submit job.yaml</code></p>'
     rows = []
-    for j in reversed(jobs):  # newest first
+    for j in page.jobs:  # newest first
         total = j.spec.steps
         pct = 100.0 * min(j.steps_done, total) / total if total else 0.0
         size = f"{j.workers}w" + (f"+{j.ps}ps" if j.ps else "") if j.status == "running" else "–"
@@ -88,21 +134,26 @@ def _jobs_html(jobs: Sequence[JobView]) -> str:
             f'<td class="s-{escape(j.status)}">{status}</td>'
             f"<td>{_bar(j.steps_done, total)} {j.steps_done}/{total} ({pct:.0f}%)</td>"
             f"<td>{size}</td><td>{escape(', '.join(j.nodes))}</td><td>{speed}</td><td>{loss}</td>"
-            f"<td>{j.restarts}</td><td>{escape(j.reason[:120])}</td></tr>")
-    return ("<table><thead><tr><th>id</th><th>name</th><th>model</th><th>status</th><th>progress</th><th>size</th>"
-            "<th>nodes</th><th>steps/s</th><th>loss</th><th>restarts</th><th>reason</th></tr></thead><tbody>"
+            f"<td>{j.restarts}</td><td class=\"why\">{escape(_why(j)[:200])}</td></tr>")
+    return (_pager(page) + "<table><thead><tr><th>id</th><th>name</th><th>model</th><th>status</th><th>progress</th>"
+            "<th>size</th><th>nodes</th><th>steps/s</th><th>loss</th><th>restarts</th><th>why</th></tr></thead><tbody>"
             + "".join(rows) + "</tbody></table>")
 
 
-def render_status_page(jobs: Sequence[JobView], cluster: dict[str, Any] | None, now: float | None = None,
-                       problem: str = "") -> str:
-    """The whole page: `jobs` oldest first (shown newest first), `cluster` as `Controller.cluster_view()`
-    (None: unknown, `problem` says why)."""
+def _why(job: JobView) -> str:
+    """A queued job's waiting reason (then its last failure, if any); an ended job's reason."""
+    if job.status == "queued" and job.waiting_reason:
+        return job.waiting_reason + (f" (last run: {job.reason})" if job.reason else "")
+    return job.reason
+
+
+def render_status_page(page: JobPage, counts: Mapping[str, int], cluster: dict[str, Any] | None,
+                       now: float | None = None, problem: str = "") -> str:
+    """The whole page: one `page` of jobs, `counts` of all jobs per status, `cluster` as
+    `Controller.cluster_view()` (None: unknown, `problem` says why)."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(time.time() if now is None else now))
-    counts: dict[str, int] = {}
-    for j in jobs:
-        counts[j.status] = counts.get(j.status, 0) + 1
-    summary = " · ".join(f"{n} {escape(s)}" for s, n in counts.items()) or "no jobs"
+    summary = " · ".join(f'<a href="{escape(JobPage((), 0, 0, 0, (s,)).link(0))}">{n} {escape(s)}</a>'
+                         for s, n in counts.items() if n) or "no jobs"
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
@@ -110,6 +161,6 @@ def render_status_page(jobs: Sequence[JobView], cluster: dict[str, Any] | None, 
         f"<title>dlsched</title><style>{_STYLE}</style></head><body>"
         '<h1>dlsched</h1><p class="muted">live runtime · <a href="/docs">API</a> · <a href="/metrics">metrics</a></p>'
         f'<div id="content"><p class="muted">updated {stamp} · {summary}</p>'
-        f"<h2>Cluster</h2>{_nodes_html(cluster, problem)}<h2>Jobs</h2>{_jobs_html(jobs)}</div>"
+        f"<h2>Cluster</h2>{_nodes_html(cluster, problem)}<h2>Jobs</h2>{_jobs_html(page)}</div>"
         f"<script>{_SCRIPT}</script></body></html>"
     )

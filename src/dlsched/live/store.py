@@ -59,6 +59,8 @@ class JobView(BaseModel):
     reason: str = ""
     cancel_requested: bool = False
     job_dir: str | None = None
+    waiting_reason: str = Field("", description="why a queued job waits (the resource that blocks it, the "
+                                "policy's choice, a back-off); empty unless queued")
 
 
 class EventView(BaseModel):
@@ -69,6 +71,15 @@ class EventView(BaseModel):
     kind: str
     message: str = ""
     data: dict = {}
+
+
+#: Statuses `Store.retry` puts back in the queue, and those `Store.delete` may remove.
+RETRYABLE: frozenset[str] = frozenset({"failed", "cancelled"})
+DELETABLE: frozenset[str] = FINISHED
+
+
+class WrongState(Exception):
+    """The job exists but is not in a status the operation applies to (HTTP 409)."""
 
 
 #: JobView fields `Store.update` may write.
@@ -118,6 +129,8 @@ class _Job(_Base):
     reason: Mapped[str] = mapped_column(Text, default="")
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     job_dir: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # server_default: `_add_missing_columns` adds it to a store made before it existed
+    waiting_reason: Mapped[str] = mapped_column(Text, default="", server_default="")
 
 
 class _Event(_Base):
@@ -177,6 +190,35 @@ def _make_engine(url: str) -> Engine:
     return engine
 
 
+def _status_filter(statuses: Iterable[str] | None) -> list:
+    """The WHERE clause of "only jobs in `statuses`" (none: all jobs); an unknown status is a ValueError."""
+    if statuses is None:
+        return []
+    wanted = [statuses] if isinstance(statuses, str) else list(statuses)
+    bad = [x for x in wanted if x not in JOB_STATUSES]
+    if bad:
+        raise ValueError(f"unknown job status {bad[0]!r}; known: {', '.join(JOB_STATUSES)}")
+    return [_Job.status.in_(wanted)]
+
+
+def _add_missing_columns(engine: Engine) -> None:
+    """Add columns this version declares to tables an older version created (`create_all` only
+    creates missing tables). Every such column has a server default, so old rows get a value."""
+    from sqlalchemy import inspect, text
+
+    insp = inspect(engine)
+    with engine.begin() as conn:
+        for table in _Base.metadata.sorted_tables:
+            have = {c["name"] for c in insp.get_columns(table.name)}
+            for col in table.columns:
+                if col.name in have:
+                    continue
+                kind = col.type.compile(dialect=engine.dialect)
+                default = col.server_default.arg if col.server_default is not None else None
+                clause = f" NOT NULL DEFAULT '{default}'" if isinstance(default, str) else ""
+                conn.execute(text(f'ALTER TABLE {table.name} ADD COLUMN {col.name} {kind}{clause}'))
+
+
 def _checked_update(job_id: str, fields: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     bad = sorted(set(fields) - UPDATABLE)
     if bad:
@@ -202,6 +244,7 @@ class Store:
         self._write_lock = threading.RLock()
         try:
             _Base.metadata.create_all(self.engine)
+            _add_missing_columns(self.engine)
         except OperationalError as exc:
             self.engine.dispose()
             raise ConfigError(f"cannot open the database {self.engine.url!r}: {exc.orig}") from None
@@ -228,15 +271,60 @@ class Store:
 
     def list(self, statuses: Iterable[str] | None = None) -> list[JobView]:
         """Jobs oldest first, optionally only those in `statuses`."""
-        stmt = select(_Job).order_by(_Job.seq)
-        if statuses is not None:
-            wanted = [statuses] if isinstance(statuses, str) else list(statuses)
-            bad = [x for x in wanted if x not in JOB_STATUSES]
-            if bad:
-                raise ValueError(f"unknown job status {bad[0]!r}; known: {', '.join(JOB_STATUSES)}")
-            stmt = stmt.where(_Job.status.in_(wanted))
+        stmt = select(_Job).where(*_status_filter(statuses)).order_by(_Job.seq)
         with self._session() as s:
             return [_view(r) for r in s.scalars(stmt)]
+
+    def page(self, statuses: Iterable[str] | None = None, limit: int = 100, offset: int = 0,
+             newest_first: bool = False) -> tuple[list[JobView], int]:
+        """One page of `list`: at most `limit` jobs after skipping `offset`, oldest or newest first,
+        and how many jobs match in all (what a client needs to page on)."""
+        from sqlalchemy import func
+
+        cond = _status_filter(statuses)
+        order = _Job.seq.desc() if newest_first else _Job.seq
+        stmt = select(_Job).where(*cond).order_by(order).limit(max(0, int(limit))).offset(max(0, int(offset)))
+        with self._session() as s:
+            total = int(s.scalar(select(func.count()).select_from(_Job).where(*cond)) or 0)
+            return [_view(r) for r in s.scalars(stmt)], total
+
+    def retry(self, job_id: str, now: float | None = None) -> JobView:
+        """Queue a failed or cancelled job again; it resumes from its checkpoint (its job dir and
+        steps are kept). KeyError: no such job; WrongState: not failed or cancelled."""
+        seq = parse_job_id(job_id)
+        now = time.time() if now is None else float(now)
+        with self._write_lock, self._session.begin() as s:
+            row = s.get(_Job, seq, with_for_update=True) if seq is not None else None
+            if row is None:
+                raise KeyError(f"no job {job_id!r}")
+            if row.status not in RETRYABLE:
+                raise WrongState(f"job {job_id} is {row.status}: only a failed or cancelled job can be retried")
+            was = row.status
+            s.execute(update(_Job).where(_Job.seq == seq).values(
+                status="queued", finished_at=None, reason="", cancel_requested=False, waiting_reason="",
+                workers=0, ps=0, nodes=[]))
+            s.add(_Event(job_seq=seq, time=now, kind="retried",
+                         message=f"was {was}: queued again, resumes from its checkpoint (step {row.steps_done})"))
+            return _view(s.get(_Job, seq, populate_existing=True))
+
+    def delete(self, job_id: str) -> JobView:
+        """Remove an ended job, its events and its settings from the store; returns what it was.
+        KeyError: no such job; WrongState: it has not ended (cancel it first)."""
+        from sqlalchemy import delete
+
+        seq = parse_job_id(job_id)
+        with self._write_lock, self._session.begin() as s:
+            row = s.get(_Job, seq, with_for_update=True) if seq is not None else None
+            if row is None:
+                raise KeyError(f"no job {job_id!r}")
+            if row.status not in DELETABLE:
+                raise WrongState(f"job {job_id} is {row.status}: only an ended job "
+                                 f"({', '.join(sorted(DELETABLE))}) can be deleted; cancel it first")
+            view = _view(row)
+            s.execute(delete(_Event).where(_Event.job_seq == seq))
+            s.execute(delete(_Meta).where(_Meta.key == f"alloc:{job_id}"))
+            s.execute(delete(_Job).where(_Job.seq == seq))
+            return view
 
     def update(self, job_id: str, **fields: Any) -> JobView:
         """Write the given JobView fields of one job. Unknown jobs are a KeyError, fields a ValueError."""

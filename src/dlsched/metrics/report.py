@@ -2,7 +2,9 @@
 plots, and one self-contained index.html tying them together.
 
 Files are overwritten by name and nothing else in the folder is touched, so a report can be
-written into a directory that also holds the user's own files.
+written into a directory that also holds the user's own files. Whether a folder already holds a
+report (`holds_report`) is what `dlsched.output_folder` asks before a run writes there, so an
+earlier run's report is never replaced silently.
 """
 
 from __future__ import annotations
@@ -28,6 +30,15 @@ FILES = (
     ("jobs.csv", "the same per-job table as CSV"),
     ("timeline.parquet", "the raw step-function timelines (t, used/busy/held GPUs, queue, running) per policy"),
 )
+
+PLOTS = ("jct_cdf.png", "utilization.png", "queue.png")
+INDEX = "index.html"
+
+
+def holds_report(folder: Path) -> bool:
+    """Whether `folder` holds any file a report writes (so writing one there would replace it)."""
+    names = [name for name, _ in FILES] + [*PLOTS, INDEX]
+    return any((Path(folder) / name).exists() for name in names)
 
 
 def _with_policy(frames: Sequence[pd.DataFrame], labels: Sequence[str]) -> pa.Table:
@@ -92,13 +103,14 @@ def write_report(
     pq.write_table(_with_policy([r.timeline for r in results], labels), out / "timeline.parquet")
 
     axis = plots.TimeAxis.for_results(results)
+    cdf_png, util_png, queue_png = PLOTS
     figures = [
-        ("jct_cdf.png", "JCT CDF per policy", plots.jct_cdf(results, labels),
+        (cdf_png, "JCT CDF per policy", plots.jct_cdf(results, labels),
          "Share of all submitted jobs finished within a given JCT (log x). A curve that plateaus "
          "below 100% belongs to a policy that did not finish every job."),
-        ("utilization.png", "GPU utilization over time per policy", plots.utilization(results, labels, axis),
+        (util_png, "GPU utilization over time per policy", plots.utilization(results, labels, axis),
          "GPUs making progress, time-averaged per bin; a line ends where that policy's run ended."),
-        ("queue.png", "Queue length over time per policy", plots.queue(results, labels, axis),
+        (queue_png, "Queue length over time per policy", plots.queue(results, labels, axis),
          "Jobs waiting to run (including preempted ones), time-averaged per bin."),
     ]
     rendered = []
@@ -115,13 +127,13 @@ def write_report(
         workload=workload,
         cluster_desc=cluster_desc,
         notes=notes or [],
-        summary=display_table(table),
+        summary=display_table(table, grouped=True),
         summary_note=best_mean_jct_note(table),
         figures=rendered,
         unfinished=missing if any_missing else None,
         files=FILES,
         footer=f"dlsched {_version()} · generated {now}",
     )
-    index = out / "index.html"
+    index = out / INDEX
     index.write_text(page, encoding="utf-8")
     return index

@@ -27,23 +27,32 @@ class Column:
     """One metric of the comparison: where it comes from, its unit and how a human reads it."""
 
     key: str  # column name in comparison_table / summary.csv (unit in the name)
-    label: str  # header shown to people
+    label: str  # header shown to people (under `group` when it has one)
     source: str  # key in SimResult.summary
     scale: float = 1.0  # divide the summary value by this (seconds → hours)
     fmt: str = "{:,.2f}"
     short: str = ""  # narrower header for the console; "" = not a console column of its own
+    group: str = ""  # a header spanning related columns in the HTML report (keeps the table narrow)
+
+    @property
+    def heading(self) -> str:
+        """The full header on one line: "JCT (h): mean"."""
+        return f"{self.group}: {self.label}" if self.group else self.label
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("jobs", "jobs", "jobs", fmt="{:,}"),
-    Column("finished", "finished", "finished", fmt="{:,}"),
-    Column("rejected", "rejected", "rejected", fmt="{:,}", short="rej."),
-    Column("unfinished", "unfinished", "unfinished", fmt="{:,}", short="unfin."),
-    Column("mean_jct_h", "mean JCT (h)", "mean_jct", HOUR, short="JCT mean h"),
-    Column("median_jct_h", "median JCT (h)", "median_jct", HOUR, short="p50 h"),
-    Column("p95_jct_h", "p95 JCT (h)", "p95_jct", HOUR, short="p95 h"),
-    Column("p99_jct_h", "p99 JCT (h)", "p99_jct", HOUR, short="p99 h"),
-    Column("mean_queueing_delay_h", "mean queueing (h)", "mean_queueing_delay", HOUR, short="queue h"),
+    Column("jobs", "all", "jobs", fmt="{:,}", group="jobs"),
+    Column("finished", "finished", "finished", fmt="{:,}", group="jobs"),
+    Column("rejected", "rejected", "rejected", fmt="{:,}", short="rej.", group="jobs"),
+    Column("unfinished", "unfinished", "unfinished", fmt="{:,}", short="unfin.", group="jobs"),
+    Column("mean_jct_h", "mean", "mean_jct", HOUR, short="JCT mean h", group="JCT (h)"),
+    Column("median_jct_h", "median", "median_jct", HOUR, short="p50 h", group="JCT (h)"),
+    Column("p95_jct_h", "p95", "p95_jct", HOUR, short="p95 h", group="JCT (h)"),
+    Column("p99_jct_h", "p99", "p99_jct", HOUR, short="p99 h", group="JCT (h)"),
+    # every wait (first start and after each preemption) vs the wait before the first start only
+    Column("mean_queueing_delay_h", "all waits", "mean_queueing_delay", HOUR, short="queue h",
+           group="mean queueing (h)"),
+    Column("mean_first_start_delay_h", "to first start", "mean_first_start_delay", HOUR, group="mean queueing (h)"),
     Column("makespan_h", "makespan (h)", "makespan", HOUR, short="makesp. h"),
     Column("gpu_utilization", "GPU util.", "gpu_utilization", fmt="{:.1%}", short="util"),
     Column("deadline_met_ratio", "deadlines met", "deadline_met_ratio", fmt="{:.1%}", short="ddl met"),
@@ -53,6 +62,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("restarts", "restarts", "restarts", fmt="{:,}", short="restarts"),
     Column("preemptions", "preemptions", "preemptions", fmt="{:,}", short="preempt."),
 )
+_HEADING = {c.key: c.heading for c in COLUMNS}
 _INT_KEYS = {"jobs", "finished", "rejected", "unfinished", "restarts", "preemptions"}
 
 
@@ -92,11 +102,18 @@ def format_value(value: Any, fmt: str) -> str:
     return fmt.format(value)
 
 
-def display_table(df: pd.DataFrame) -> pd.DataFrame:
-    """comparison_table with every value formatted and human headers (for HTML and the console)."""
+def display_table(df: pd.DataFrame, grouped: bool = False) -> pd.DataFrame:
+    """comparison_table with every value formatted and human headers (for HTML and the console).
+
+    `grouped`: two header rows, related columns under one spanning header ("JCT (h)" over mean,
+    median, p95, p99), for the HTML report: one-line headers made its table wider than a 1400 px
+    window. Otherwise one header per column (`Column.heading`)."""
     out = pd.DataFrame({"policy": df["policy"]})
     for c in COLUMNS:
-        out[c.label] = [format_value(v, c.fmt) for v in df[c.key]]
+        out[c.heading] = [format_value(v, c.fmt) for v in df[c.key]]
+    if grouped:
+        out.columns = pd.MultiIndex.from_tuples(
+            [("policy", "")] + [(c.group, c.label) if c.group else (c.label, "") for c in COLUMNS])
     return out
 
 
@@ -140,12 +157,12 @@ def render_table(results: Sequence[SimResult], title: str = "") -> Table:
         table.add_column(c.short, justify="right")
     bad = {"rejected", "unfinished"}
     for i in range(len(df)):
-        done = f"{shown.at[i, 'finished']}/{shown.at[i, 'jobs']}"
+        done = f"{shown.at[i, _HEADING['finished']]}/{shown.at[i, _HEADING['jobs']]}"
         cells: list[Text | str] = [str(df.at[i, "policy"]), Text(done, style="bold red" if
                                    df.at[i, "finished"] < df.at[i, "jobs"] else "")]
         for c in cols:
             style = "bold red" if c.key in bad and df.at[i, c.key] > 0 else ""
-            cells.append(Text(shown.at[i, c.label], style=style))
+            cells.append(Text(shown.at[i, c.heading], style=style))
         table.add_row(*cells)
     return table
 

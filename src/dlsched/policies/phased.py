@@ -103,6 +103,20 @@ class PhasedPolicy(Policy):
         return Plan(allocations=allocations, rejected=dict(rejected), wake_at=self._wake(snap),
                     keep_running=self.preempt == "none")
 
+    def waiting_reasons(self, snap: Snapshot, plan: Plan) -> dict[str, str]:
+        """Without backfilling the line stops at the first job that does not fit: every waiting job
+        after it waits behind it, however small (the live service shows this; the job that blocks
+        gets the service's own reason: which resource it lacks)."""
+        if self.backfill:
+            return {}
+        started = plan.allocations
+        line = [j for j in self.ordering.order(snap, list(snap.pending)) if j.job_id not in started]
+        if len(line) < 2:
+            return {}
+        head = line[0].job_id
+        return {j.job_id: f"behind {head} in {self.name}'s order: no job starts past one that does not "
+                          "fit (no backfilling)" for j in line[1:]}
+
     def _wake(self, snap: Snapshot) -> float | None:
         wakes = [t for p in self._wakers if (t := p.wake_at(snap)) is not None]
         return min(wakes) if wakes else None

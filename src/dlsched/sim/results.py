@@ -4,7 +4,12 @@ comes from the run itself; nothing is filled in.
 The per-job table says which throughput model served each job (`throughput_model`, e.g.
 "gavel-matrix" or the analytic "ring-allreduce" fallback), because that depends on which measured
 tables the traces root held, and a result is not comparable without it; `profile` says which
-measured curve a trace job runs on and whether the trace named it or a seeded draw chose it."""
+measured curve a trace job runs on and whether the trace named it or a seeded draw chose it.
+
+`queueing_delay` is every second a job waited (before its first start and after each preemption
+or failed run, `JobState.waited`); `first_start_delay` is only the wait before the first start.
+They differ exactly for the jobs that were stopped and waited again: a preemptive policy's
+queue can be long while its first-start waits are near zero."""
 
 from __future__ import annotations
 
@@ -22,7 +27,8 @@ if TYPE_CHECKING:
     from dlsched.throughput.base import ThroughputModel
 
 JOB_COLUMNS = [
-    "job_id", "status", "reason", "submit", "start", "end", "jct", "queueing_delay", "deadline",
+    "job_id", "status", "reason", "submit", "start", "end", "jct", "queueing_delay", "first_start_delay",
+    "deadline",
     "deadline_met", "utility", "restarts", "preemptions", "gpus_requested", "gpu_seconds",
     "held_gpu_seconds", "iterations", "progress", "mean_nodes", "model", "profile", "throughput_model",
 ]
@@ -66,6 +72,7 @@ class SimResult:
                 s.job_id, js.status.value, js.reason, s.submit_time,
                 js.first_start if js.first_start is not None else np.nan,
                 js.end_time if done else np.nan, jct,
+                js.waited,
                 (js.first_start - s.submit_time) if js.first_start is not None else np.nan,
                 s.deadline if s.deadline is not None else np.nan, met, util,
                 js.restarts, js.preemptions, s.gpus_requested, js.gpu_seconds,
@@ -117,6 +124,7 @@ def summarize(jobs: pd.DataFrame, tl: pd.DataFrame, cluster: Cluster, end_time: 
         "p95_jct": pct(95),
         "p99_jct": pct(99),
         "mean_queueing_delay": float(done["queueing_delay"].mean()) if len(done) else float("nan"),
+        "mean_first_start_delay": float(done["first_start_delay"].mean()) if len(done) else float("nan"),
         "makespan": makespan,
         "deadline_jobs": int(len(with_deadline)),
         "deadline_met_ratio": float(with_deadline["deadline_met"].astype(bool).mean()) if len(with_deadline) else float("nan"),

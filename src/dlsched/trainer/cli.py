@@ -36,8 +36,9 @@ environment (torch.distributed conventions):
   DLSCHED_THREADS         torch threads per process (default 1)
   DLSCHED_COMM_TIMEOUT    seconds before a rank gives up on a vanished peer (default 60)
 
-files in --job-dir: progress.jsonl (events), checkpoint.pt (resume point, any world size),
-done.json (written once all --steps are trained). SIGTERM: all ranks stop at the same step,
+files in --job-dir: progress.jsonl (events), checkpoint-<step>-<xxh3>.pt (the two newest good
+checkpoints: resume points at any world size; a bad one is set aside as *.bad and the previous
+one used), done.json (written once all --steps are trained). SIGTERM: all ranks stop at the same step,
 checkpoint, log "stop" and exit 0.
 
 a ~10M-parameter model for resize benchmarks: --model mlp --width 3150 (10.1M parameters)."""

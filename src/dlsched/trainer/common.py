@@ -3,6 +3,7 @@ checkpoint or from the seed, and the reporting rank's bookkeeping (records, chec
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -12,7 +13,8 @@ import torch
 
 from dlsched.trainer import checkpoint
 from dlsched.trainer.models import build_model
-from dlsched.trainer.report import Reporter
+from dlsched.trainer.protocol import RESUME
+from dlsched.trainer.report import Reporter, append_record
 
 
 @dataclass
@@ -50,15 +52,32 @@ class Run:
 
 
 def initial_state(run: Run) -> tuple[torch.nn.Module, dict | None]:
-    """The model at the resume point: the checkpoint's parameters, or the seed's initialisation."""
+    """The model at the resume point: the newest good checkpoint's parameters, or the seed's
+    initialisation. Rank 0 (the reporting worker in ddp, the first server in ps mode: a rank that
+    loads) sets bad checkpoints aside and tells the runtime what the run resumes from."""
     model = build_model(run.model, run.width, run.seed)
-    state = checkpoint.load(run.job_dir)
+    loaded = checkpoint.load(run.job_dir, quarantine=run.rank == 0)
+    state = loaded.state
+    if run.rank == 0:
+        report_resume(run, loaded)
     if state is not None:
         checkpoint.check_compatible(state, run.model, run.width, run.seed)
         with torch.no_grad():
             for name, p in model.named_parameters():
                 p.copy_(state["params"][name])
     return model, state
+
+
+def report_resume(run: Run, loaded: checkpoint.Loaded) -> None:
+    """The "resume" record (`protocol.RESUME`): the step and checkpoint this run starts from, and
+    every newer checkpoint it skipped with why; on stderr too, for the rank's log."""
+    if loaded.problems:
+        what = f"resuming from {loaded.path.name}" if loaded.path is not None else "starting from step 0"
+        print(f"dlsched.trainer: skipped bad checkpoint(s): {'; '.join(loaded.problems)}; {what}",
+              file=sys.stderr, flush=True)
+    append_record(run.job_dir, {"time": time.time(), "event": RESUME, "step": loaded.step,
+                                "checkpoint": loaded.path.name if loaded.path is not None else None,
+                                "problems": loaded.problems, "run": run.run_id})
 
 
 class Clock:

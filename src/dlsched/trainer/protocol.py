@@ -8,24 +8,60 @@ The trainer's reporting rank appends one JSON object per line to `progress.jsonl
     {"time": 1700000000.1, "event": "progress", "step": 120, "loss": 1.93,
      "steps_per_s": 14.2, "samples_per_s": 454.4, "workers": 2, "ps": 0, "run": "<launch id>"}
 
-`event` is "start" (first step of a run done: the end of a resize pause), "progress",
-"checkpoint", "stop" (checkpointed on SIGTERM) or "done". `done.json` appears, atomically, when
-the job has trained all its steps, after its final checkpoint; it is what makes a job done, so a
-job is never run twice to completion. `checkpoint.pt` is the latest checkpoint (written to a
-temporary file and renamed). The log is read incrementally: a backend calls `ProgressReader.poll`
-as often as it likes and pays only for the new lines.
+`event` is "resume" (what a run loaded, before its first step: see below), "start" (first step
+of a run done: the end of a resize pause), "progress", "checkpoint", "stop" (checkpointed on
+SIGTERM) or "done". `done.json` appears, atomically, when the job has trained all its steps, after
+its final checkpoint; it is what makes a job done, so a job is never run twice to completion.
+
+Checkpoints are `checkpoint-<step, 9 digits>-<xxh3 of the file>.pt`, each written to a temporary
+file and renamed; the two newest good ones are kept (`dlsched.trainer.checkpoint`). The "resume"
+record says what a run starts from, written by rank 0 once it has loaded:
+
+    {"time": ..., "event": "resume", "step": 5600, "checkpoint": "checkpoint-000005600-....pt",
+     "problems": ["checkpoint-000005661-....pt: checksum mismatch (...)"], "run": "<launch id>"}
+
+`checkpoint` is null when the run starts from step 0; `problems` lists each newer checkpoint that
+was skipped and why (a bad file is renamed `*.bad`). The log is read incrementally: a backend
+calls `ProgressReader.poll` as often as it likes and pays only for the new lines.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 PROGRESS = "progress.jsonl"
 DONE = "done.json"
-CHECKPOINT = "checkpoint.pt"
+RESUME = "resume"
+#: What versions before checkpoints were verified wrote: tried after the verified ones.
+LEGACY_CHECKPOINT = "checkpoint.pt"
+_CHECKPOINT_NAME = re.compile(r"checkpoint-(\d{9,})-([0-9a-f]{16})\.pt")
+
+
+def checkpoint_name(step: int, digest: str) -> str:
+    return f"checkpoint-{step:09d}-{digest}.pt"
+
+
+def parse_checkpoint_name(name: str) -> tuple[int, str] | None:
+    """(step, digest) of a checkpoint's file name; None for any other file."""
+    m = _CHECKPOINT_NAME.fullmatch(name)
+    return (int(m.group(1)), m.group(2)) if m else None
+
+
+def list_checkpoints(job_dir: Path) -> list[Path]:
+    """The job directory's checkpoints, newest (highest step, then latest written) first."""
+    found = []
+    for p in Path(job_dir).glob("checkpoint-*.pt"):
+        parsed = parse_checkpoint_name(p.name)
+        if parsed is not None:
+            try:
+                found.append((parsed[0], p.stat().st_mtime_ns, p))
+            except FileNotFoundError:
+                continue  # pruned meanwhile
+    return [p for _, _, p in sorted(found, key=lambda t: (t[0], t[1]), reverse=True)]
 
 
 def log_tail(path: str | Path | None, limit: int) -> str:
@@ -62,6 +98,7 @@ class ProgressReader:
     samples: list[tuple[int, float]] = field(default_factory=list)
     last: dict | None = None  # the newest record
     starts: list[dict] = field(default_factory=list)  # every "start" record, oldest first
+    resumes: list[dict] = field(default_factory=list)  # every "resume" record, oldest first
     _offset: int = 0
 
     def poll(self) -> list[dict]:
@@ -93,7 +130,7 @@ class ProgressReader:
         self.last = rec
         step = rec.get("step")
         if isinstance(step, int):
-            self.step = max(self.step, step) if rec.get("event") != "start" else step
+            self.step = step if rec.get("event") in ("start", RESUME) else max(self.step, step)
         loss = rec.get("loss")
         if isinstance(loss, (int, float)) and isinstance(step, int):
             self.loss = float(loss)
@@ -103,3 +140,5 @@ class ProgressReader:
             self.steps_per_s = float(rate)
         if rec.get("event") == "start":
             self.starts.append(rec)
+        elif rec.get("event") == RESUME:
+            self.resumes.append(rec)
