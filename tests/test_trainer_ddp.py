@@ -121,10 +121,15 @@ def test_store_url_round_trips_through_the_rendezvous_handler() -> None:
     del store
 
 
-@pytest.mark.parametrize("env", [{"DLSCHED_NODE_ADDR": "203.0.113.7"}, {"MASTER_ADDR": "203.0.113.7"}])
-def test_an_address_of_another_machine_is_a_one_line_error(tmp_path: Path, env: dict[str, str]) -> None:
+@pytest.mark.parametrize("env,needle", [
+    ({"DLSCHED_NODE_ADDR": "203.0.113.7"}, "cannot listen on this node's address"),
+    ({"MASTER_ADDR": "203.0.113.7"}, "cannot listen on this node's address"),
+    ({"LOCAL_RANK": "x"}, "bad environment"),
+    ({"LOCAL_WORLD_SIZE": "0"}, "LOCAL_WORLD_SIZE >= 1"),
+])
+def test_bad_node_environment_is_a_one_line_error(tmp_path: Path, env: dict[str, str], needle: str) -> None:
     out = subprocess.run([sys.executable, "-m", "dlsched.trainer", *trainer_argv(tmp_path, steps=5)],
                          capture_output=True, text=True, timeout=TIMEOUT,
                          env={**env_for(0, 2, free_port(), "e"), **env})
     assert out.returncode == 2
-    assert "cannot listen on this node's address" in out.stderr and "Traceback" not in out.stderr
+    assert needle in out.stderr and "Traceback" not in out.stderr

@@ -114,8 +114,12 @@ def make_run(args: argparse.Namespace, p: argparse.ArgumentParser) -> "Run":
         world = int(env.get("WORLD_SIZE", "1"))
         timeout = float(env.get("DLSCHED_COMM_TIMEOUT", DEFAULT_COMM_TIMEOUT))
         port = int(env.get("MASTER_PORT", "0"))
+        local_rank = int(env.get("LOCAL_RANK", "0"))  # read again by trainer.ddp.placement
+        local_world = int(env.get("LOCAL_WORLD_SIZE", "1"))
     except ValueError as e:
         p.error(f"bad environment: {e}")
+    if local_world < 1 or not 0 <= local_rank:
+        p.error(f"need 0 <= LOCAL_RANK and LOCAL_WORLD_SIZE >= 1, got {local_rank} and {local_world}")
     if world < 1 or not 0 <= rank < world:
         p.error(f"need 0 <= RANK < WORLD_SIZE, got RANK={rank} WORLD_SIZE={world}")
     if world - args.num_ps < 1:
