@@ -8,8 +8,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 import psutil
@@ -23,26 +26,45 @@ def free_port() -> int:
 
 
 class Service:
-    """`dlsched serve --config ...` as a child process; `kill()` is a crash, `stop()` a clean exit."""
+    """`dlsched serve --config ...` as a child process; `kill()` is a crash, `stop()` a clean exit.
 
-    def __init__(self, tmp: Path, policy: str, nodes: list[dict], backend: str = "local", **extra):
+    `nodes` None: the backend's default cluster (the dry backend's needs no file). `port` None: a
+    free one. `env`: extra environment of the process (e.g. DLSCHED_TOKEN)."""
+
+    def __init__(self, tmp: Path, policy: str, nodes: list[dict] | None, backend: str = "local",
+                 port: int | None = None, env: dict[str, str] | None = None, **extra):
         self.tmp = Path(tmp)
         self.tmp.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        nodes_file = self.tmp / "nodes.yaml"
-        nodes_file.write_text(yaml.safe_dump({"nodes": nodes}))
+        self.env = {**os.environ, **(env or {})}
         cfg = {"port": self.port, "work_dir": str(self.tmp / "work"), "policy": policy, "tick": 0.5,
-               "backend": backend, "nodes": str(nodes_file), **extra}
+               "backend": backend}
+        if nodes is not None:
+            nodes_file = self.tmp / "nodes.yaml"
+            nodes_file.write_text(yaml.safe_dump({"nodes": nodes}))
+            cfg["nodes"] = str(nodes_file)
+        cfg.update(extra)
+        self.work_dir = Path(cfg["work_dir"])
         self.config = self.tmp / "service.yaml"
         self.config.write_text(yaml.safe_dump(cfg))
         self.proc: subprocess.Popen | None = None
         self.children: set[int] = set()
 
+    def _argv(self) -> list[str]:
+        return [sys.executable, "-m", "dlsched.cli", "serve", "--config", str(self.config)]
+
+    def run_to_exit(self, timeout: float = 60.0) -> subprocess.CompletedProcess:
+        """Run a service expected to refuse to start; its exit code and output."""
+        return subprocess.run(self._argv(), capture_output=True, text=True, timeout=timeout, env=self.env)
+
+    def log(self) -> str:
+        return (self.tmp / "service.log").read_text()
+
     def start(self, timeout: float = 60.0) -> "Service":
         log = open(self.tmp / "service.log", "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "dlsched.cli", "serve", "--config", str(self.config)],
-                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(self._argv(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     env=self.env)
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -57,7 +79,7 @@ class Service:
 
     def _remember_children(self) -> None:
         """Trainer processes run in their own sessions; note them so the test can clean up by PID."""
-        for pids in (self.tmp / "work" / "jobs").glob("*/pids.json"):
+        for pids in (self.work_dir / "jobs").glob("*/pids.json"):
             try:
                 self.children.update(int(p) for p in _pids(json.loads(pids.read_text())))
             except (OSError, ValueError):
@@ -107,7 +129,31 @@ class Service:
                              f"{(self.tmp / 'service.log').read_text()[-4000:]}")
 
     def job_dir(self, job_id: str) -> Path:
-        return self.tmp / "work" / "jobs" / job_id
+        return self.work_dir / "jobs" / job_id
+
+
+@contextmanager
+def app_server(app) -> Iterator[str]:
+    """A real HTTP server for `app` in a thread, on a socket bound to a free 127.0.0.1 port (no race
+    for it); yields its URL and stops it on exit."""
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.started, "the test server did not start"
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
 
 
 def _pids(data) -> list[int]:

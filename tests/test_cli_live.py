@@ -6,21 +6,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 
 import httpx
 import pytest
-import uvicorn
 from typer.testing import CliRunner
 
 from dlsched.cli import app
 from dlsched.live.api import create_app
 from dlsched.live.store import Store
-from tests.live_service import free_port
+from tests.live_service import app_server, free_port
 from tests.test_api import FakeController
 
 runner = CliRunner()
@@ -30,20 +27,8 @@ runner = CliRunner()
 def service(tmp_path):
     """A real HTTP server in a thread, on a socket we bound to a free port (no race for it)."""
     store = Store(f"sqlite:///{tmp_path / 'dlsched.db'}")
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(store, FakeController()), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and thread.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert server.started, "the test server did not start"
-    yield f"http://127.0.0.1:{port}", store
-    server.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+    with app_server(create_app(store, FakeController())) as url:
+        yield url, store
     store.close()
 
 

@@ -11,6 +11,7 @@ import time
 import psutil
 import pytest
 
+from tests.databases import db_url  # noqa: F401 - the fixture: SQLite, and PostgreSQL when configured
 from tests.live_service import Service, all_ended, progress_records
 
 NODES = [{"name": "n0", "gpus": 2, "cpus": 4, "mem_gb": 8}]
@@ -77,8 +78,9 @@ def test_a_killed_worker_resumes_from_its_checkpoint(service):
     assert starts[-1]["step"] > 0  # the rerun resumed from a checkpoint, not from step 0
 
 
-def test_killing_the_service_loses_no_job_and_runs_none_twice(service):
-    svc = service("fifo", stop_jobs_on_exit=True)
+def test_killing_the_service_loses_no_job_and_runs_none_twice(service, db_url):
+    on_postgres = {"db_url": db_url} if db_url.startswith("postgresql") else {}  # SQLite: the work dir's default
+    svc = service("fifo", stop_jobs_on_exit=True, **on_postgres)
     svc.start()
     ids = {svc.submit(name=f"s{i}", steps=s, seed=i, **JOB)["id"]: s for i, s in enumerate((2500, 400, 400))}
     svc.wait(lambda js: any(j["steps_done"] > 100 for j in js), 90, "some progress")

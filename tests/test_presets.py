@@ -62,7 +62,7 @@ def test_alibaba_preset_matches_the_node_list() -> None:
 
 
 def test_unknown_name_suggests_and_lists() -> None:
-    with pytest.raises(ConfigError, match=r"Did you mean 'philly'") as err:
+    with pytest.raises(ConfigError, match=r"did you mean 'philly'") as err:
         load_cluster("phily")
     assert "itp-small" in str(err.value)
     with pytest.raises(ConfigError, match="unknown cluster preset"):

@@ -2,37 +2,22 @@
 
 from __future__ import annotations
 
-import os
+import importlib.util
 import threading
 
 import pytest
-from sqlalchemy import create_engine, text
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlalchemy import text
 
 from dlsched.core.errors import ConfigError
 from dlsched.live.spec import TrainJob
-from dlsched.live.store import Store, parse_job_id
+from dlsched.live.store import Store, mask_url, parse_job_id
+from tests.databases import db_url  # noqa: F401 - the fixture: SQLite, and PostgreSQL when configured
 
 
 def _job(**kw) -> TrainJob:
     return TrainJob(**{"model": "mlp", "steps": 10, **kw})
-
-
-#: A PostgreSQL database the store tests may empty, e.g. postgresql+psycopg://user@127.0.0.1:5432/test
-#: (needs `pip install 'dlsched[postgres]'`). Without it the tests run on SQLite only.
-PG_URL = os.environ.get("DLSCHED_TEST_PG_URL")
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request, tmp_path):
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'db' / 'dlsched.db'}"  # parent folder created on demand
-    if not PG_URL:
-        pytest.skip("set DLSCHED_TEST_PG_URL to run the store tests on PostgreSQL too")
-    engine = create_engine(PG_URL)
-    with engine.begin() as conn:  # every test starts from an empty database
-        conn.execute(text("DROP TABLE IF EXISTS dlsched_events, dlsched_meta, dlsched_jobs CASCADE"))
-    engine.dispose()
-    return PG_URL
 
 
 @pytest.fixture
@@ -235,3 +220,90 @@ def test_page_retry_and_delete(store):
         with pytest.raises(KeyError):
             op("nonsense")
     assert store.add(_job()).id == "job-000006"  # never reused
+
+
+# --------------------------------------------------------------------------- the URL: errors and secrecy
+
+SECRET = "s3cr3t-pw"
+
+
+@pytest.mark.parametrize("url, problem", [
+    (f"notaurl://bob:{SECRET}@db.example/jobs", "bad database URL notaurl://bob:***@db.example/jobs: Can't load plugin"),
+    (f"postgresql://bob:{SECRET}@[::1", "bad database URL postgresql://bob:***@[::1:"),
+    (f"postgresql://bob:{SECRET}@db.example:port/jobs", "bad database URL postgresql://bob:***@db.example:port/jobs:"),
+    (f"postgresql://bob:p@ss{SECRET}@db.example/jobs", "its password holds an '@'; percent-encode it as %40"),
+    (f"postgresql+psycopg://bob:{SECRET}@127.0.0.1:1/jobs", "cannot open the database postgresql+psycopg://bob:***@127.0.0.1:1/jobs:"),
+])
+def test_a_bad_database_url_is_one_line_that_never_shows_its_password(url, problem):
+    if url.startswith("postgresql+psycopg") and importlib.util.find_spec("psycopg") is None:
+        pytest.skip("needs pip install 'dlsched[postgres]'")
+    with pytest.raises(ConfigError) as err:
+        Store(url)
+    msg = str(err.value)
+    assert problem in msg and SECRET not in msg and "\n" not in msg
+
+
+def test_mask_url_hides_passwords_even_in_urls_that_do_not_parse():
+    assert mask_url(f"postgresql+psycopg://bob:{SECRET}@h:5432/db") == "postgresql+psycopg://bob:***@h:5432/db"
+    assert mask_url(f"x://:{SECRET}@h/db") == "x://:***@h/db"
+    assert SECRET not in mask_url(f"nonsense://bob:{SECRET}/with@at@h")
+    assert mask_url("sqlite:////tmp/a@b/dlsched.db") == "sqlite:////tmp/a@b/dlsched.db"  # no password: kept
+    assert mask_url("postgresql://bob@h/db") == "postgresql://bob@h/db"
+
+
+def test_a_corrupt_sqlite_file_is_one_line(tmp_path):
+    bad = tmp_path / "dlsched.db"
+    bad.write_bytes(b"this is not an SQLite database, just garbage" * 100)
+    with pytest.raises(ConfigError, match=rf"cannot open the database sqlite:///{bad}: file is not a database$"):
+        Store(f"sqlite:///{bad}")
+
+
+def test_serve_refuses_a_bad_url_or_a_corrupt_store_in_one_line_before_making_anything(tmp_path):
+    from typer.testing import CliRunner
+
+    from dlsched.cli import app
+
+    def serve(*args: str, **env: str):
+        r = CliRunner().invoke(app, ["serve", "--backend", "dry", "--port", "0", *args], env=env)
+        out = " ".join(r.output.split())
+        assert r.exit_code == 2 and "Traceback" not in r.output and r.output.count("error:") == 1, r.output
+        assert SECRET not in r.output
+        return out
+
+    work = tmp_path / "w"
+    assert "bad database URL notaurl://bob:***@h/db" in serve("--db-url", f"notaurl://bob:{SECRET}@h/db",
+                                                               "--work-dir", str(work))
+    # the URL from the environment (not visible in `ps`) is the one used
+    assert "bad database URL notaurl://env:***@h/db" in serve("--work-dir", str(work),
+                                                               DLSCHED_DB_URL=f"notaurl://env:{SECRET}@h/db")
+    url_file = tmp_path / "db-url"
+    url_file.write_text(f"notaurl://file:{SECRET}@h/db\n")
+    assert "bad database URL notaurl://file:***@h/db" in serve("--db-url-file", str(url_file), "--work-dir", str(work))
+    assert f"database URL file {tmp_path / 'nope'}: no such file" in serve("--db-url-file", str(tmp_path / "nope"),
+                                                                            "--work-dir", str(tmp_path / "x"))
+    assert not (tmp_path / "x").exists()  # a missing URL file is found before the work dir is made
+    corrupt = tmp_path / "c" / "dlsched.db"
+    corrupt.parent.mkdir()
+    corrupt.write_bytes(b"\x00garbage" * 500)
+    assert "file is not a database" in serve("--work-dir", str(tmp_path / "c"))
+
+
+def test_db_url_and_db_url_file_replace_each_other_across_layers(tmp_path):
+    from dlsched.live.service import load_service_config
+
+    url_file = tmp_path / "db-url"
+    url_file.write_text("sqlite:////tmp/from-file.db\n")
+    cfg_file = tmp_path / "service.yaml"
+    cfg_file.write_text(f"db_url_file: {url_file}\n")
+    assert load_service_config(cfg_file).database_url() == "sqlite:////tmp/from-file.db"
+    assert load_service_config(cfg_file, db_url="sqlite:////tmp/flag.db").database_url() == "sqlite:////tmp/flag.db"
+    cfg_file.write_text(f"db_url: sqlite:////tmp/cfg.db\ndb_url_file: {url_file}\n")
+    with pytest.raises(ConfigError, match="give db_url or db_url_file, not both"):
+        load_service_config(cfg_file)
+
+
+@given(password=st.text(min_size=1, max_size=40), user=st.from_regex(r"[a-z]{0,8}", fullmatch=True))
+@settings(max_examples=300, deadline=None)
+def test_mask_url_masks_any_password_whole(password, user):
+    assert mask_url(f"postgresql+psycopg://{user}:{password}@dbhost:5432/jobs") == \
+        f"postgresql+psycopg://{user}:***@dbhost:5432/jobs"

@@ -59,10 +59,10 @@ def _run(
     from dlsched.output_folder import OutputFolder
     from dlsched.metrics.table import render_table, summary_rows
     from dlsched.core.utility import with_default_utilities
-    from dlsched.policies.registry import DEFAULT_POLICIES, UTILITY_DRIVEN, parse_policy_list
+    from dlsched.policies.registry import DEFAULT_POLICIES, UTILITY_DRIVEN, check_options, parse_policy_list
     from dlsched.paths import describe_traces, traces_dir
-    from dlsched.presets import load_cluster
-    from dlsched.run_config import load_run_config
+    from dlsched.presets import load_cluster, trace_cluster
+    from dlsched.run_config import load_run_config, with_flags
     from dlsched.throughput.registry import default_throughput
     from dlsched.traces import default_workload, load_trace
     from dlsched.traces.load import at_load
@@ -70,30 +70,29 @@ def _run(
 
     if output_format not in ("table", "json"):
         raise DlschedError(f"--format must be 'table' or 'json', not {output_format!r}")
-    cfg = load_run_config(config)
+    if profiles is not None and profiles not in PROFILE_MODES:
+        raise DlschedError(f"--profiles must be one of {', '.join(PROFILE_MODES)}, not {profiles!r}")
+    cfg = with_flags(load_run_config(config), trace=trace, trace_format=trace_format, cluster=cluster_name,
+                     policies=None if policies is None else parse_policy_list(policies), limit=limit,
+                     elastic=elastic, profiles=profiles, seed=seed)
+    trace, limit, elastic, profiles = cfg.trace, cfg.limit, cfg.elastic, cfg.profiles
+    names = cfg.policies or list(DEFAULT_POLICIES)
+    for n in names:  # every policy's options checked before the first one runs
+        check_options(n, cfg.policy_options.get(n, {}))
     folder = OutputFolder(out or (Path(cfg.out) if cfg.out else None), "dlsched-report", overwrite, holds_report,
                           what="a report")
     folder.check()  # before loading the trace and running, not after
-    trace = trace or cfg.trace
-    names = parse_policy_list(policies or ",".join(cfg.policies or DEFAULT_POLICIES))
-    if seed is not None:
-        cfg.sim.seed = seed
-    limit = limit or cfg.limit
-    elastic = cfg.elastic if elastic is None else elastic
-    profiles = profiles or cfg.profiles
-    if profiles not in PROFILE_MODES:
-        raise DlschedError(f"--profiles must be one of {', '.join(PROFILE_MODES)}, not {profiles!r}")
     quiet = output_format == "json"
     root = traces_dir(traces)
 
     if trace:
-        workload = load_trace(trace, trace_format or cfg.trace_format, limit=limit, elastic=elastic, seed=cfg.sim.seed,
+        workload = load_trace(trace, cfg.trace_format, limit=limit, elastic=elastic, seed=cfg.sim.seed,
                               traces=root, profiles=profiles)
     else:
         workload = default_workload(measured=profiles != "off", elastic=elastic, limit=limit)
-    cluster = load_cluster(cluster_name or cfg.cluster or workload.cluster)
+    cluster = load_cluster(cfg.cluster) if cfg.cluster else trace_cluster(workload)
     throughput = default_throughput(root, duration_alpha=cfg.throughput.duration_alpha, dl2=cfg.throughput.dl2)
-    sizing = at_load(workload.jobs, cluster, cfg.load if load is None else load, throughput)
+    sizing = at_load(workload.jobs, cluster, cfg.load if load is None else load, throughput)  # it checks --load
     cluster = sizing.cluster
     utility_note = None
     driven = [n for n in names if n in UTILITY_DRIVEN]
@@ -311,7 +310,7 @@ def trace_validate(
     problems = validate_trace(file, trace_format)
     if problems:
         for line in problems:
-            console.print(safe(line), highlight=False)  # a line quotes the trace's cells
+            console.print(safe(line), highlight=False, soft_wrap=True)  # a line quotes the trace's cells
         err_console.print(f"[bold red]{safe(file)}: {len(problems)} problem line(s)[/]")
         raise typer.Exit(1)
     console.print(f"{safe(file)}: OK")

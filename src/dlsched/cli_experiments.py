@@ -73,12 +73,17 @@ def oasis_experiment(
     """Rerun OASiS' Fig. 3 (total utility vs jobs, T=300) and Fig. 4 (completion vs target, T=100) on the
     paper's setup against FIFO, DRF, RRH and Dorm; or, with --trace, compare on a real trace; or, with
     --variants, measure the design choices of docs/OASIS.md."""
+    from pydantic import PositiveInt
+
+    from dlsched.config import check_flag
     from dlsched.core.errors import ConfigError
     from dlsched.experiments import oasis as exp
     from dlsched.policies.registry import parse_policy_list
 
     if trace:
         names = parse_policy_list(policies)
+        if limit is not None:
+            check_flag(limit, PositiveInt, "--limit")
         out = _results_folder(out, "oasis-results", overwrite)
         with _steps("trace", len(names)) as step:
             df = exp.run_trace(trace, limit, names, out, step=step)
@@ -163,8 +168,11 @@ def qos_experiment(
     JCT and utilization of allocated resources for QoS vs default Kubernetes, FIFO, EDF and the
     autoscaler alone, on a paper-like synthetic workload and the ITP deadline trace, each with
     insufficient and sufficient resources; plus the completion predictor's error."""
+    from dlsched.config import Seed, check_flag
     from dlsched.experiments.qos import run_qos
 
+    check_flag(seed, Seed, "--seed")
+    check_flag(seed + seeds - 1, Seed, "--seed + --seeds - 1")
     out = _results_folder(out, "qos-results", overwrite)
     res = run_qos(out, quick=quick, seed=seed, seeds=1 if quick else seeds, itp=itp,
                   restart_overhead=restart_overhead, console=_console)
@@ -222,9 +230,11 @@ def fidelity_experiment(
     (goal: within 15%). Takes several minutes per policy."""
     from rich.progress import Progress
 
+    from dlsched.config import Seed, check_flag
     from dlsched.experiments.fidelity import run_fidelity
     from dlsched.policies.registry import parse_policy_list
 
+    check_flag(seed, Seed, "--seed")
     names = parse_policy_list(policies)
     out = _results_folder(out, "fidelity-results", overwrite)
     with Progress(console=_console, transient=True) as bar:

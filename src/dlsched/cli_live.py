@@ -24,18 +24,25 @@ DEFAULT_URL = "http://127.0.0.1:8765"
 STATUS_ROWS = 20
 MAX_ROWS = 1000
 _URL = typer.Option(DEFAULT_URL, "--url", envvar="DLSCHED_URL", help="Where the dlsched service listens.")
+_TOKEN_FILE = typer.Option(None, "--token-file", envvar="DLSCHED_TOKEN_FILE",
+                           help="File holding the service's API token (else DLSCHED_TOKEN; see docs/LIVE.md, Security).")
 
 
 # --------------------------------------------------------------------------- HTTP
 
 
-def _request(method: str, url: str, path: str, **kw: Any):
-    """One API call; a service that is not there, or an error it answers, is one clear DlschedError."""
+def _request(method: str, url: str, path: str, *, token_file: Path | None = None, **kw: Any):
+    """One API call; a service that is not there, or an error it answers, is one clear DlschedError.
+    Sends the API token (from `token_file`, else DLSCHED_TOKEN) when there is one."""
     import httpx
 
+    from dlsched.live.auth import resolve_token
+
+    token = resolve_token(token_file)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     base = url.rstrip("/")
     try:
-        with httpx.Client(base_url=base, timeout=30.0) as client:
+        with httpx.Client(base_url=base, timeout=30.0, headers=headers) as client:
             resp = client.request(method, path, **kw)
     except httpx.ConnectError:
         raise DlschedError(f"no dlsched service at {base}: start one with `dlsched serve`") from None
@@ -43,6 +50,9 @@ def _request(method: str, url: str, path: str, **kw: Any):
         raise DlschedError(f"the dlsched service at {base} did not answer in time") from None
     except httpx.HTTPError as exc:
         raise DlschedError(f"cannot talk to the dlsched service at {base}: {exc}") from None
+    if resp.status_code == 401:
+        hint = "the token was refused" if token else "set DLSCHED_TOKEN or pass --token-file"
+        raise DlschedError(f"{_error_text(resp)} ({hint})")
     if resp.status_code >= 400:
         raise DlschedError(_error_text(resp))
     return resp
@@ -206,13 +216,16 @@ def register_live(app: typer.Typer) -> None:
     @app.command("serve")
     @friendly
     def serve(
-        config: Optional[Path] = typer.Option(None, "--config", help="YAML with ServiceConfig keys (host, port, db_url, work_dir, backend, nodes, ray_address, policy, policy_options, tick, stop_jobs_on_exit)."),
+        config: Optional[Path] = typer.Option(None, "--config", help="YAML with ServiceConfig keys (host, port, db_url, db_url_file, token_file, auth, work_dir, backend, nodes, ray_address, policy, policy_options, tick, stop_jobs_on_exit, lease_seconds)."),
         port: Optional[int] = typer.Option(None, "--port", help="Port (default 8765)."),
-        host: Optional[str] = typer.Option(None, "--host", help="Address to bind (default 127.0.0.1; the API has no authentication)."),
+        host: Optional[str] = typer.Option(None, "--host", help="Address to bind (default 127.0.0.1; elsewhere, set a token)."),
         policy: Optional[str] = typer.Option(None, "--policy", "-p", help="Scheduling policy (default optimus; see `dlsched policies`)."),
         backend: Optional[str] = typer.Option(None, "--backend", help="'local' (processes on this machine), 'ray', or 'dry' (no training, made-up progress)."),
         work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Job directories and the default SQLite store (default ./dlsched-service)."),
-        db_url: Optional[str] = typer.Option(None, "--db-url", help="SQLAlchemy URL of the store, e.g. postgresql+psycopg://... (default: SQLite in the work dir)."),
+        db_url: Optional[str] = typer.Option(None, "--db-url", envvar="DLSCHED_DB_URL", help="SQLAlchemy URL of the store, e.g. postgresql+psycopg://... (default: SQLite in the work dir). A flag is visible in `ps`: pass a password by DLSCHED_DB_URL or --db-url-file."),
+        db_url_file: Optional[Path] = typer.Option(None, "--db-url-file", help="File holding the store's URL (keeps its password out of `ps`)."),
+        token_file: Optional[Path] = typer.Option(None, "--token-file", help="File holding the API token (else DLSCHED_TOKEN); with one, changes need `Authorization: Bearer`."),
+        auth: Optional[str] = typer.Option(None, "--auth", help="With a token: 'writes' (default: submit, cancel... need it) or 'all' (reads too)."),
         ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address for --backend ray."),
     ) -> None:
         """Run the live scheduler: the REST API, the status page and the controller that trains the jobs."""
@@ -221,7 +234,8 @@ def register_live(app: typer.Typer) -> None:
         from dlsched.live.service import load_service_config, run_service
 
         cfg = load_service_config(config, port=port, host=host, policy=policy, backend=backend, work_dir=work_dir,
-                                  db_url=db_url, ray_address=ray_address)
+                                  db_url=db_url, db_url_file=db_url_file, token_file=token_file, auth=auth,
+                                  ray_address=ray_address)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         run_service(cfg, announce=lambda line: console.print(line, highlight=False, markup=False))
 
@@ -230,11 +244,13 @@ def register_live(app: typer.Typer) -> None:
     def submit(
         file: Path = typer.Argument(..., help="YAML or JSON job file (TrainJob keys; a list for several jobs)."),
         url: str = _URL,
+        token_file: Optional[Path] = _TOKEN_FILE,
     ) -> None:
         """Submit the job(s) of a file to a running service; prints their ids."""
         jobs = read_job_file(file)
         for job in jobs:
-            view = _request("POST", url, "/jobs", json=job.model_dump(mode="json", exclude_unset=True)).json()
+            view = _request("POST", url, "/jobs", token_file=token_file,
+                            json=job.model_dump(mode="json", exclude_unset=True)).json()
             label = f" ({safe(view['name'])})" if view.get("name") else ""
             console.print(f"submitted [bold]{safe(view['id'])}[/]{label}: {job.model} x{job.steps} steps",
                           highlight=False)
@@ -248,6 +264,7 @@ def register_live(app: typer.Typer) -> None:
         status_: Optional[list[str]] = typer.Option(None, "--status", "-s", help="Only jobs in this status "
                                                     "(queued, running, done, failed, cancelled, rejected; repeatable)."),
         url: str = _URL,
+        token_file: Optional[Path] = _TOKEN_FILE,
     ) -> None:
         """Show the newest jobs of a running service (and how many more there are), or one job and its events."""
         if job_id is None:
@@ -257,27 +274,29 @@ def register_live(app: typer.Typer) -> None:
                 raise ConfigError(f"--offset must be 0 or more, got {offset}")
             statuses = list(status_ or [])
             params = [("limit", limit), ("offset", offset), ("order", "newest")] + [("status", s) for s in statuses]
-            resp = _request("GET", url, "/jobs", params=params)
+            resp = _request("GET", url, "/jobs", token_file=token_file, params=params)
             jobs = resp.json()
             total = int(resp.headers.get("x-total-count", len(jobs)))
             console.print(_jobs_table(jobs, safe(_page_title(len(jobs), total, offset, statuses))))
             return
-        job = _request("GET", url, f"/jobs/{_quote(job_id)}").json()
-        events = _request("GET", url, f"/jobs/{_quote(job_id)}/events").json()
+        job = _request("GET", url, f"/jobs/{_quote(job_id)}", token_file=token_file).json()
+        events = _request("GET", url, f"/jobs/{_quote(job_id)}/events", token_file=token_file).json()
         _show_job(job, events)
 
     @app.command("cancel")
     @friendly
-    def cancel(job_id: str = typer.Argument(..., help="The job to cancel."), url: str = _URL) -> None:
+    def cancel(job_id: str = typer.Argument(..., help="The job to cancel."), url: str = _URL,
+               token_file: Optional[Path] = _TOKEN_FILE) -> None:
         """Ask the service to cancel a job (it is stopped, checkpointing, on the controller's next round)."""
-        view = _request("POST", url, f"/jobs/{_quote(job_id)}/cancel").json()
+        view = _request("POST", url, f"/jobs/{_quote(job_id)}/cancel", token_file=token_file).json()
         console.print(f"cancel requested for [bold]{safe(view['id'])}[/] (was {safe(view['status'])})", highlight=False)
 
     @app.command("retry")
     @friendly
-    def retry(job_id: str = typer.Argument(..., help="A failed or cancelled job."), url: str = _URL) -> None:
+    def retry(job_id: str = typer.Argument(..., help="A failed or cancelled job."), url: str = _URL,
+              token_file: Optional[Path] = _TOKEN_FILE) -> None:
         """Queue a failed or cancelled job again; it resumes from its last checkpoint."""
-        view = _request("POST", url, f"/jobs/{_quote(job_id)}/retry").json()
+        view = _request("POST", url, f"/jobs/{_quote(job_id)}/retry", token_file=token_file).json()
         console.print(f"[bold]{safe(view['id'])}[/] queued again; resumes from its checkpoint "
                       f"(step {view.get('steps_done', 0)} of {view['spec']['steps']})", highlight=False)
 
@@ -287,8 +306,10 @@ def register_live(app: typer.Typer) -> None:
         job_id: str = typer.Argument(..., help="An ended job (done, failed, cancelled or rejected)."),
         purge: bool = typer.Option(False, "--purge", help="Also remove its job directory (checkpoints, progress, logs)."),
         url: str = _URL,
+        token_file: Optional[Path] = _TOKEN_FILE,
     ) -> None:
         """Remove an ended job and its events from the service's store (and with --purge its files)."""
-        out = _request("DELETE", url, f"/jobs/{_quote(job_id)}", params={"purge": str(purge).lower()}).json()
+        out = _request("DELETE", url, f"/jobs/{_quote(job_id)}", token_file=token_file,
+                       params={"purge": str(purge).lower()}).json()
         gone = f"; removed {safe(out['purged'])}" if out.get("purged") else ""
         console.print(f"deleted [bold]{safe(out['id'])}[/] (was {safe(out['status'])}){gone}", highlight=False)

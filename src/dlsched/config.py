@@ -9,14 +9,21 @@ unreadable, not UTF-8, not YAML) is one `ConfigError` line that names the file, 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from dlsched.core.errors import ConfigError
 
 M = TypeVar("M", bound=BaseModel)
+
+#: Largest seed any dlsched command takes: the live job spec's bound (a 31-bit integer), so a
+#: seed that works in the simulator works for the trainer too.
+SEED_MAX = 2**31 - 1
+#: A seed, wherever one is given (command line, run config, DL2 training config): NumPy refuses
+#: negative seeds, so a negative one is an input error, not a traceback.
+Seed = Annotated[int, Field(ge=0, le=SEED_MAX, description=f"random seed, 0..{SEED_MAX}")]
 
 
 def read_yaml(path: str | Path, what: str) -> Any:
@@ -34,6 +41,12 @@ def read_yaml(path: str | Path, what: str) -> Any:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{what} {path}: not valid YAML: {_yaml_problem(exc)}") from None
+    except (ValueError, TypeError, OverflowError) as exc:
+        # PyYAML's constructors raise these for a well-formed scalar they cannot build:
+        # `2001-02-30` (no such date), `!!int x`, an integer of more than 4,300 digits
+        raise ConfigError(f"{what} {path}: not valid YAML: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise ConfigError(f"{what} {path}: not valid YAML: nested too deeply") from None
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:
@@ -72,3 +85,19 @@ def read_yaml_model(path: str | Path, model: type[M], what: str) -> M:
         return model.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc, str(path))) from None
+
+
+def check_flag(value: Any, kind: Any, flag: str) -> Any:
+    """`value` of a command-line option validated as the pydantic type `kind` (e.g. `Seed`); a
+    ConfigError `--flag: problem, got value` otherwise, so options outside a model are checked by
+    the same rules as the model fields they feed."""
+    try:
+        return TypeAdapter(kind).validate_python(value)
+    except ValidationError as exc:
+        raise ConfigError(f"{flag}: {flag_problem(exc)}, got {value!r}") from None
+
+
+def flag_problem(exc: ValidationError) -> str:
+    """pydantic's first message, lower-cased to read after `--flag: `."""
+    msg = exc.errors()[0]["msg"].removeprefix("Value error, ")
+    return msg[:1].lower() + msg[1:]

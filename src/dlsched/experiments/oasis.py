@@ -196,13 +196,13 @@ def run_trace(trace: str, limit: int | None, policies, out: Path, seed: int = 0,
     """Policies on a real trace; every job gets the `from_duration` default utility so total utility is comparable."""
     from dlsched.paths import traces_dir
     from dlsched.policies.oasis_jobs import workload_slots
-    from dlsched.presets import load_cluster
+    from dlsched.presets import trace_cluster
     from dlsched.throughput.registry import default_throughput
     from dlsched.traces import load_trace
 
     wl = load_trace(trace, None, limit=limit, seed=seed, profiles="off")
     jobs, _ = with_default_utilities(wl.jobs)
-    cluster = load_cluster(wl.cluster)
+    cluster = trace_cluster(wl)
     tp = default_throughput(traces_dir())
     rows = []
     undeclared = any(not j.work_known for j in jobs)

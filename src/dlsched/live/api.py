@@ -20,6 +20,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, Field
 
+from dlsched.live.auth import ApiAuth
 from dlsched.live.metrics import CONTENT_TYPE, LiveMetrics
 from dlsched.live.spec import TrainJob
 from dlsched.live.status_page import JobPage, render_status_page
@@ -106,8 +107,10 @@ def describe_problems(errors: list[dict[str, Any]]) -> str:
     return "; ".join(lines)
 
 
-def create_app(store: Store, controller: Any = None, metrics: LiveMetrics | None = None) -> FastAPI:
-    """The API over `store`. `controller` (optional) answers /cluster; `metrics` is served at /metrics."""
+def create_app(store: Store, controller: Any = None, metrics: LiveMetrics | None = None,
+               auth: ApiAuth | None = None) -> FastAPI:
+    """The API over `store`. `controller` (optional) answers /cluster; `metrics` is served at /metrics;
+    `auth` (optional) guards every route, including those added later, by method (`live/auth.py`)."""
     metrics = metrics if metrics is not None else LiveMetrics()
     # FastAPIOffline: /docs and /redoc load Swagger UI and ReDoc from files shipped in the package,
     # not from a CDN, so the API docs work on an air-gapped cluster
@@ -115,6 +118,7 @@ def create_app(store: Store, controller: Any = None, metrics: LiveMetrics | None
         title="dlsched",
         version="1",
         description="Submit distributed PyTorch training jobs to the dlsched live scheduler and watch them run.",
+        dependencies=auth.dependencies() if auth is not None else None,
     )
     app.state.store = store
     app.state.controller = controller

@@ -13,6 +13,7 @@ cannot undo a cancel request the API wrote a moment before.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from sqlalchemy import (
     JSON, Boolean, Double, ForeignKey, Integer, String, Text, create_engine, event, select, update,
 )
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 from sqlalchemy.pool import StaticPool
 
@@ -151,25 +152,85 @@ class _Meta(_Base):
     value: Mapped[str] = mapped_column(Text)
 
 
+class _Lease(_Base):
+    """At most one row: the service that owns this store (see `dlsched.live.lease`)."""
+
+    __tablename__ = "dlsched_lease"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)  # always 1: the primary key makes it one row
+    owner_id: Mapped[str] = mapped_column(String(64))
+    host: Mapped[str] = mapped_column(Text)
+    pid: Mapped[int] = mapped_column(Integer)
+    proc_started: Mapped[float] = mapped_column(Double)
+    port: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    since: Mapped[float] = mapped_column(Double)
+    heartbeat_at: Mapped[float] = mapped_column(Double)
+    ttl: Mapped[float] = mapped_column(Double)
+    pid_ns: Mapped[str] = mapped_column(Text, default="", server_default="")
+
+
+#: The columns of the lease row, as `Store.lease_holder` returns them.
+LEASE_FIELDS: tuple[str, ...] = ("owner_id", "host", "pid", "proc_started", "port", "since", "heartbeat_at", "ttl",
+                                 "pid_ns")
+_LEASE_ROW = 1
+
+
 def _view(row: _Job) -> JobView:
     fields = {f: getattr(row, f) for f in UPDATABLE | {"submitted_at"}}
     return JobView(id=format_job_id(row.seq), spec=TrainJob.model_validate(row.spec), **fields)
 
 
+#: user:password@ of a URL: everything up to the last @ is the secret (an unencoded password may
+#: hold @ or /, and SQLAlchemy would then parse part of it as the host: so no parser is trusted here).
+_PASSWORD = re.compile(r"(?P<keep>//[^/?#@:]*:)(?P<secret>.*)@", re.S)
+
+
+def mask_url(url: str) -> str:
+    """`url` with its password replaced by ***, even when it does not parse: what every message
+    and log line shows of a database URL (a malformed one must not echo its secret)."""
+    return _PASSWORD.sub(lambda m: f"{m['keep']}***@", str(url))
+
+
+def scrub(text: str, url: str) -> str:
+    """`text` (a driver's or parser's error) on one line, with `url`'s password (raw or decoded) masked."""
+    from urllib.parse import unquote
+
+    m = _PASSWORD.search(str(url))
+    secrets = {m["secret"], unquote(m["secret"])} if m else set()
+    try:
+        secrets.add(make_url(url).password or "")
+    except (ArgumentError, ValueError, TypeError):
+        pass
+    text = " ".join(str(text).split())
+    for secret in sorted(filter(None, secrets), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
 def _make_engine(url: str) -> Engine:
+    shown = mask_url(url)
+    secret = _PASSWORD.search(url)
+    if secret and "@" in secret["secret"]:  # SQLAlchemy would take what follows the first @ for the host
+        raise ConfigError(f"bad database URL {shown}: its password holds an '@'; percent-encode it as %40")
     try:
         parsed = make_url(url)
-    except ArgumentError as exc:
-        raise ConfigError(f"bad database URL {url!r}: {exc}") from None
+    except (ArgumentError, ValueError) as exc:
+        raise ConfigError(f"bad database URL {shown}: {scrub(exc, url)}") from None
     if parsed.get_backend_name() != "sqlite":
         try:
             return create_engine(url, pool_pre_ping=True)
         except ImportError as exc:
             hint = " (pip install 'dlsched[postgres]')" if parsed.get_backend_name() == "postgresql" else ""
-            raise ConfigError(f"no database driver for {parsed.drivername!r}: {exc}{hint}") from None
+            raise ConfigError(f"no database driver for {parsed.drivername!r}: {scrub(exc, url)}{hint}") from None
+        except (ArgumentError, ValueError) as exc:  # NoSuchModuleError: a scheme SQLAlchemy has no dialect for
+            raise ConfigError(f"bad database URL {shown}: {scrub(exc, url)} (expected e.g. sqlite:///path/dlsched.db or "
+                              "postgresql+psycopg://user@host/db)") from None
     memory = parsed.database in (None, "", ":memory:")
     if not memory:
-        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        try:
+            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create the folder of the database {shown}: {exc}") from None
     engine = create_engine(
         url,
         connect_args={"check_same_thread": False, "timeout": 30},
@@ -238,6 +299,7 @@ class Store:
 
     def __init__(self, url: str):
         self.url = url
+        self.shown_url = mask_url(url)  # what messages may show of it
         self.engine = _make_engine(url)
         # SQLite allows one writer; serialising our own writes avoids busy retries between the
         # API's threads and the controller (other processes still wait on busy_timeout).
@@ -245,9 +307,9 @@ class Store:
         try:
             _Base.metadata.create_all(self.engine)
             _add_missing_columns(self.engine)
-        except OperationalError as exc:
+        except DatabaseError as exc:  # unreachable server, bad credentials, a file that is not SQLite...
             self.engine.dispose()
-            raise ConfigError(f"cannot open the database {self.engine.url!r}: {exc.orig}") from None
+            raise ConfigError(f"cannot open the database {mask_url(url)}: {scrub(exc.orig, url)}") from None
         self._session = sessionmaker(self.engine, expire_on_commit=False)
 
     # ------------------------------------------------------------------ jobs
@@ -398,6 +460,44 @@ class Store:
     def set_meta(self, key: str, value: str) -> None:
         with self._write_lock, self._session.begin() as s:
             s.merge(_Meta(key=key, value=str(value)))
+
+    # ------------------------------------------------------------------ the owner's lease
+    def lease_holder(self) -> dict[str, Any] | None:
+        """The lease row (LEASE_FIELDS), or None when no service owns the store."""
+        with self._session() as s:
+            row = s.get(_Lease, _LEASE_ROW)
+            return {f: getattr(row, f) for f in LEASE_FIELDS} if row is not None else None
+
+    def lease_swap(self, expected_owner: str | None, owner: dict[str, Any]) -> bool:
+        """Write `owner` as the lease holder if the holder is still `expected_owner` (None: no
+        holder); False when someone else got there first. A compare-and-swap on the owner id, so
+        of two services taking over one stale lease exactly one wins, on SQLite and PostgreSQL."""
+        values = {f: owner[f] for f in LEASE_FIELDS}
+        with self._write_lock:
+            try:
+                with self._session.begin() as s:
+                    if expected_owner is None:
+                        s.add(_Lease(id=_LEASE_ROW, **values))
+                        return True
+                    done = s.execute(update(_Lease).where(_Lease.id == _LEASE_ROW,
+                                                          _Lease.owner_id == expected_owner).values(**values))
+                    return done.rowcount == 1
+            except IntegrityError:  # another service inserted the row first
+                return False
+
+    def lease_renew(self, owner_id: str, heartbeat_at: float) -> bool:
+        """Move the heartbeat of our lease; False when it is no longer ours."""
+        with self._write_lock, self._session.begin() as s:
+            done = s.execute(update(_Lease).where(_Lease.id == _LEASE_ROW, _Lease.owner_id == owner_id)
+                             .values(heartbeat_at=heartbeat_at))
+            return done.rowcount == 1
+
+    def lease_release(self, owner_id: str) -> None:
+        """Give the lease up (only if it is still ours)."""
+        from sqlalchemy import delete
+
+        with self._write_lock, self._session.begin() as s:
+            s.execute(delete(_Lease).where(_Lease.id == _LEASE_ROW, _Lease.owner_id == owner_id))
 
     # ------------------------------------------------------------------ counts, lifetime
     def counts(self) -> dict[str, int]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -61,13 +62,29 @@ def run_workload(
     on_tick: Callable[[int, int], None] | None = None,
 ) -> LiveRun:
     """Submit `arrivals` on time, drive the controller until all jobs end (or `timeout`)."""
+    from dlsched.live.lease import Owner, StoreLease, WorkDirLock
     from dlsched.live.metrics import LiveMetrics
     from dlsched.live.store import Store
 
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
-    store = Store(f"sqlite:///{work_dir / 'dlsched.db'}")
-    ctl = Controller(store, backend, policy, work_dir=work_dir, tick=tick, metrics=LiveMetrics())
+    owner = Owner.me(None)
+    with ExitStack() as held:  # like `dlsched serve`: no second driver may adopt these jobs meanwhile
+        lock = WorkDirLock(work_dir, owner)
+        lock.acquire()
+        held.callback(lock.release)
+        store = Store(f"sqlite:///{work_dir / 'dlsched.db'}")
+        held.callback(store.close)
+        lease = StoreLease(store, owner)
+        lease.acquire()
+        held.callback(lease.release)
+        lease.start_heartbeat()
+        ctl = Controller(store, backend, policy, work_dir=work_dir, tick=tick, metrics=LiveMetrics())
+        return _drive(arrivals, store, ctl, policy, work_dir, tick, timeout, on_tick)
+
+
+def _drive(arrivals: list[Arrival], store, ctl: Controller, policy: Policy, work_dir: Path, tick: float,
+           timeout: float, on_tick: Callable[[int, int], None] | None) -> LiveRun:
     t0 = time.time()
     todo = sorted(arrivals, key=lambda a: a.at)
     ids: list[tuple[str, Arrival]] = []
@@ -92,6 +109,5 @@ def run_workload(
         jct = v.finished_at - v.submitted_at if v.status == "done" and v.finished_at else None
         out.append(LiveJobResult(jid, a.job.model, a.at, v.status, v.steps_done, a.job.steps, jct, v.restarts,
                                  work_dir / "jobs" / jid))
-    store.close()
     return LiveRun(policy.name, out, list(ctl.pauses), list(ctl.startups), list(ctl.decision_times),
                    time.time() - t0)

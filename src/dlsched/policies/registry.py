@@ -3,12 +3,11 @@ policies (or running one) never imports the others' heavy dependencies (e.g. PyT
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import inspect
-from typing import Any
+from typing import Any, Callable
 
-from dlsched.core.errors import ConfigError
+from dlsched.core.errors import ConfigError, did_you_mean
 from dlsched.core.policy import Policy
 
 # name -> (module, factory function, one-line description)
@@ -44,27 +43,41 @@ DEFAULT_POLICIES: tuple[str, ...] = BASELINES + PUBLISHED
 
 def make_policy(name: str, **options: Any) -> Policy:
     """Build a policy by name; unknown names and options are a ConfigError naming the choices."""
-    key = name.strip().lower()
-    if key not in POLICIES:
-        close = difflib.get_close_matches(key, POLICIES, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigError(f"unknown policy {name!r}{hint}; known: {', '.join(POLICIES)}")
-    module, factory, _ = POLICIES[key]
-    fn = getattr(importlib.import_module(module), factory)
-    params = inspect.signature(fn).parameters
-    bad = [k for k in options if k not in params]
-    if bad:
-        raise ConfigError(
-            f"policy {key!r} has no option {bad[0]!r}; its options: {', '.join(params) or 'none'}"
-        )
+    key = check_policy(name)
+    fn = _factory(key)
+    check_options(key, options)
     return fn(**options)
 
 
+def check_policy(name: str) -> str:
+    """The registry key of a policy name a user typed; a ConfigError with a did-you-mean if unknown."""
+    key = str(name).strip().lower()
+    if key not in POLICIES:
+        raise ConfigError(f"unknown policy {name!r}{did_you_mean(key, POLICIES)}; known: {', '.join(POLICIES)}")
+    return key
+
+
+def check_options(name: str, options: dict[str, Any]) -> None:
+    """Refuse an option the policy's factory does not take, before anything runs (a typo in the
+    last policy's options must not surface after the first ones have run for minutes)."""
+    key = check_policy(name)
+    params = inspect.signature(_factory(key)).parameters
+    bad = [k for k in options if k not in params]
+    if bad:
+        raise ConfigError(
+            f"policy {key!r} has no option {bad[0]!r}{did_you_mean(bad[0], params)}; "
+            f"its options: {', '.join(params) or 'none'}"
+        )
+
+
+def _factory(key: str) -> Callable[..., Policy]:
+    module, factory, _ = POLICIES[key]
+    return getattr(importlib.import_module(module), factory)
+
+
 def parse_policy_list(text: str) -> list[str]:
+    """The policy names of a comma-separated list (`-p fifo,drf`); an empty list is an error."""
     names = [n.strip().lower() for n in text.split(",") if n.strip()]
     if not names:
-        raise ConfigError("no policy given")
-    for n in names:
-        if n not in POLICIES:
-            make_policy(n)  # raises with the list of known names
-    return names
+        raise ConfigError(f"no policy given in {text!r}; known: {', '.join(POLICIES)}")
+    return [check_policy(n) for n in names]

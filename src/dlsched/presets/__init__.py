@@ -7,16 +7,19 @@ cannot drift apart). `load_cluster` takes a preset name or a path to a YAML file
 
 from __future__ import annotations
 
-import difflib
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dlsched.config import read_yaml_model
 from dlsched.core.cluster import Cluster, Network
-from dlsched.core.errors import ConfigError
+from dlsched.core.errors import ConfigError, did_you_mean
 from dlsched.presets.schema import PresetSpec
+
+if TYPE_CHECKING:
+    from dlsched.traces.workload import Workload
 
 PRESET_DIR = Path(__file__).resolve().parent
 
@@ -72,6 +75,22 @@ def load_cluster(name_or_path: str | Path) -> Cluster:
         if not p.is_file():
             raise ConfigError(f"cluster file {p} does not exist")
         return build_cluster(_read(p))
-    close = difflib.get_close_matches(key, PRESETS, n=3)
-    hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-    raise ConfigError(f"unknown cluster preset {key!r}.{hint} Presets: {', '.join(PRESETS)}; or give a YAML file path.")
+    raise ConfigError(f"unknown cluster preset {key!r}{did_you_mean(key, PRESETS, n=3)}; presets: "
+                      f"{', '.join(PRESETS)}; or give a YAML file path")
+
+
+def trace_cluster(workload: "Workload") -> Cluster:
+    """The cluster a trace names for itself, for a run given no `--cluster`.
+
+    A trace without one (a dlsched CSV whose `# dlsched-trace` line names no cluster) is an error
+    asking for `--cluster`, not a guess: the cluster decides every result, and no default fits a
+    trace we know nothing about. A name that is no preset says it came from the trace."""
+    name = workload.cluster
+    if not name:
+        raise ConfigError(f"trace {workload.source} names no cluster: pass --cluster NAME or FILE.yaml "
+                          f"(presets: {', '.join(PRESETS)})")
+    if name not in PRESETS:
+        raise ConfigError(f"trace {workload.source} names cluster {name!r}, which is no preset"
+                          f"{did_you_mean(name, PRESETS)}: pass --cluster NAME or FILE.yaml (presets: "
+                          f"{', '.join(PRESETS)})")
+    return _load_preset(name)

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from dlsched.config import Seed
 from dlsched.core.errors import ConfigError
 from dlsched.core.policy import Policy
 from dlsched.presets import load_cluster
@@ -70,10 +71,10 @@ class DL2TrainConfig(BaseModel):
     reward: str = Field("slot", pattern="^(slot|job)$", description="slot: DL2's reward; job: credit each action with its job's progress")
     validate_every: int = Field(10, ge=1)
     validation_traces: int = Field(3, ge=1)
-    train_seeds: tuple[int, int] = (1000, 100000)
-    validation_seeds: tuple[int, int] = (500, 600)
-    test_seeds: tuple[int, int] = (0, 100)
-    seed: int = 0
+    train_seeds: tuple[Seed, Seed] = (1000, 100000)
+    validation_seeds: tuple[Seed, Seed] = (500, 600)
+    test_seeds: tuple[Seed, Seed] = (0, 100)
+    seed: Seed = 0
     restart_overhead: float = Field(10.0, ge=0)
 
     def workload(self, seed: int):

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dlsched.config import Seed
+
 
 class SimConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    seed: int = Field(0, description="seed for every random choice of the engine and policies")
+    seed: Seed = Field(0, description="seed for every random choice of the engine and policies")
     restart_overhead: float = Field(
         10.0, ge=0, description="seconds a job pauses when resized, migrated or resumed after preemption "
         "(checkpoint-restart; DL2 measured 11-16 s for MXNet)"

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from dlsched.traces import checks
-from dlsched.traces.frame import Parsed
+from dlsched.traces.frame import MAX_TASKS, Parsed
 from dlsched.traces.problems import ProblemLog
 from dlsched.traces.reader import read_csv
 
@@ -59,7 +59,7 @@ def read(path: Path, log: ProblemLog, *, elastic: bool = False, seed: int = 0) -
     checks.unique_ids(ids, lines, log, "name")
     cpu = checks.numbers(df, "cpu_milli", log, min_value=0)
     mem = checks.numbers(df, "memory_mib", log, min_value=0)
-    ngpu = checks.numbers(df, "num_gpu", log, min_value=0, integer=True)
+    ngpu = checks.numbers(df, "num_gpu", log, min_value=0, integer=True, max_value=MAX_TASKS)
     milli = checks.numbers(df, "gpu_milli", log, min_value=0)
     with np.errstate(invalid="ignore"):
         log.add_rows(milli > 1000, lines, "gpu_milli", lambda i: f"must be <= 1000 (one GPU), got {milli[i]:g}")

@@ -6,7 +6,8 @@ are required; every other column has JobSpec's default. A job with only a durati
 duration-only job (iterations = duration). Optional first line:
     # dlsched-trace {"name": ..., "cluster": ..., "attribution": ...}
 carries the Workload metadata (JSON). Utilities are written as `sigmoid(gamma1,gamma2,gamma3)`;
-`extra` is a JSON object. Unknown columns are ignored, with a note.
+`extra` is a JSON object. An unknown column is an error (a misspelled `num_workers` must not
+silently become 1), with a did-you-mean.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dlsched.core.errors import TraceError
+from dlsched.core.errors import TraceError, did_you_mean
 from dlsched.core.job import Architecture
 from dlsched.core.utility import SigmoidUtility
 from dlsched.traces import checks
 from dlsched.traces.frame import Parsed
 from dlsched.traces.problems import ProblemLog
-from dlsched.traces.reader import first_line, read_csv
+from dlsched.traces.reader import LINE, first_line, read_csv
 from dlsched.traces.workload import Workload
 
 MAGIC = "# dlsched-trace"
@@ -70,9 +71,9 @@ def read(path: Path, log: ProblemLog, *, elastic: bool = False, seed: int = 0) -
     if "iterations" not in df.columns and "duration" not in df.columns:
         log.add(skip + 1, "iterations", "missing required column: give iterations or duration (or both)")
         return Parsed(None, **meta)
-    unknown = [c for c in df.columns if c not in COLUMNS and c != "_line"]
-    if unknown:
-        meta["notes"] = meta["notes"] + [f"ignored unknown columns: {', '.join(unknown)}"]
+    for c in df.columns:  # a misspelled column would otherwise silently become its default
+        if c not in COLUMNS and c != LINE:
+            log.add(skip + 1, c, f"unknown column{did_you_mean(c, COLUMNS)}; the format's columns: {', '.join(COLUMNS)}")
     lines = checks.lines_of(df)
     ids = checks.texts(df, "job_id", log)
     checks.unique_ids(ids, lines, log)

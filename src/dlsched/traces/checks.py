@@ -32,8 +32,10 @@ def numbers(
     min_value: float | None = None,
     strict: bool = False,
     integer: bool = False,
+    max_value: float | None = None,
 ) -> np.ndarray:
-    """Column `col` as floats. Missing cells are a problem when `required`, else `default`."""
+    """Column `col` as floats. Missing cells are a problem when `required`, else `default`;
+    values below `min_value` (or at it, if `strict`) or above `max_value` are problems."""
     n = len(df)
     if col not in df.columns:
         return np.full(n, default, dtype=float)
@@ -60,6 +62,11 @@ def numbers(
                 op = ">" if strict else ">="
                 log.add_rows(low, lines, col, lambda i: f"must be {op} {min_value:g}, got {num[i]:g}")
                 num[low] = np.nan
+        if max_value is not None:
+            high = num > max_value
+            if high.any():
+                log.add_rows(high, lines, col, lambda i: f"must be <= {max_value:g}, got {num[i]:g}")
+                num[high] = np.nan
         if integer:
             frac = ~np.isnan(num) & (num != np.floor(num))
             if frac.any():
@@ -125,7 +132,9 @@ def timestamps(df: pd.DataFrame, col: str, log: ProblemLog, fmt: str | None = No
     """Date-time text as Unix seconds (float); unparseable cells are problems."""
     raw = df[col]
     missing = raw.isna().to_numpy()
-    ts = pd.to_datetime(raw, format=fmt, errors="coerce")
+    # as text: pandas warns it will read numeric cells as epoch seconds, which a date-time column is not
+    text = raw.astype(str).where(~missing, None)
+    ts = pd.to_datetime(text, format=fmt, errors="coerce")
     bad = ts.isna().to_numpy() & ~missing
     lines = lines_of(df)
     log.add_rows(missing, lines, col, "missing value")

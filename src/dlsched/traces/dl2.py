@@ -22,10 +22,13 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import pandas as pd
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from dlsched.config import validation_problems
 from dlsched.core.errors import ConfigError, TraceError
 from dlsched.paths import traces_dir
 from dlsched.traces.frame import build_jobs, finalize
@@ -57,14 +60,69 @@ def constants_path(where: str | Path | None = None) -> Path:
     return p
 
 
+_Count = Annotated[int, Field(ge=0)]
+_Amount = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class _PerModel(BaseModel):
+    epoch_size_steps_per_epoch: list[Annotated[int, Field(ge=1, le=10**9)]]
+
+
+class _Demands(BaseModel):
+    worker_public_DL2_repo: list[tuple[_Amount, _Amount]]
+    ps_public_DL2_repo: list[tuple[_Amount, _Amount]]
+
+
+class _AliTrace(BaseModel):
+    arrival_count_per_hour_slot_72: list[_Count] = Field(min_length=1)
+    job_length_class_mean_minutes: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(min_length=1)
+    job_length_class_probability: list[_Amount]
+    job_length_class_to_model_index: list[_Count]
+
+
+class _Constants(BaseModel):
+    """The parts of workload_constants.json the generator reads, checked (shapes included) so a
+    damaged file is one TraceError instead of an IndexError deep in the generator; the rest of
+    the file is kept as is for the modules that read other parts."""
+
+    model_names_index_order: list[str] = Field(min_length=1)
+    per_model_constants: _PerModel
+    per_model_task_resource_demand_cpu_gpu_slots: _Demands
+    ali_trace: _AliTrace
+    google_trace_arrival_patterns_75_slots_by_max_arrivals_per_slot: dict[str, Annotated[list[_Count], Field(min_length=1)]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "_Constants":
+        models = len(self.model_names_index_order)
+        d, a = self.per_model_task_resource_demand_cpu_gpu_slots, self.ali_trace
+        for name, table in (("epoch_size_steps_per_epoch", self.per_model_constants.epoch_size_steps_per_epoch),
+                            ("worker_public_DL2_repo", d.worker_public_DL2_repo), ("ps_public_DL2_repo", d.ps_public_DL2_repo)):
+            if len(table) != models:
+                raise ValueError(f"{name} has {len(table)} entries for {models} models")
+        classes = len(a.job_length_class_mean_minutes)
+        if len(a.job_length_class_probability) != classes or len(a.job_length_class_to_model_index) != classes:
+            raise ValueError(f"the job length classes' tables differ in length (means: {classes})")
+        if any(m >= models for m in a.job_length_class_to_model_index):
+            raise ValueError(f"job_length_class_to_model_index names a model beyond the {models} models")
+        if max(a.arrival_count_per_hour_slot_72) == 0:
+            raise ValueError("arrival_count_per_hour_slot_72 has no arrivals")
+        return self
+
+
 def load_constants(where: str | Path | None = None) -> dict:
+    """DL2's constants as a dict, checked against the shapes the generator needs."""
     p = constants_path(where)
     try:
-        c = json.loads(p.read_text())
-        c["ali_trace"]["arrival_count_per_hour_slot_72"]
-        c["per_model_constants"]["epoch_size_steps_per_epoch"]
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
-        raise TraceError(f"{p}: not DL2's workload_constants.json ({type(e).__name__}: {e})") from None
+        c = json.loads(p.read_text(encoding="utf-8"))
+        _Constants.model_validate(c)
+    except UnicodeDecodeError:
+        raise TraceError(f"{p}: not DL2's workload_constants.json (not UTF-8 text)") from None
+    except OSError as e:
+        raise TraceError(f"cannot read {p}: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise TraceError(f"{p}: not DL2's workload_constants.json (not JSON: {e})") from None
+    except ValidationError as e:
+        raise TraceError(f"{p}: not DL2's workload_constants.json ({'; '.join(validation_problems(e)[:3])})") from None
     return c
 
 

@@ -61,6 +61,23 @@ _KNOWN_FIELDS = {
 }  # fmt: skip
 
 
+#: The largest value each numeric column may hold (docs/DECISIONS.md, "Trace value bounds"). Past
+#: these no cluster could ever hold the job, and the arithmetic downstream overflows: 1e308 GPUs
+#: passed validation and became a negative task count in the simulator. The bounds are far above
+#: any real trace (the largest GPU clusters have ~10^5 GPUs; ~31,700 years of seconds).
+MAX_TASKS = 1_000_000
+MAX_PER_TASK = 1_000_000.0
+MAX_SECONDS = 1e12
+BOUNDS: dict[str, float] = {
+    **dict.fromkeys(("num_workers", "min_workers", "max_workers", "num_ps", "min_ps", "max_ps"), MAX_TASKS),
+    **dict.fromkeys(("worker_gpu", "worker_cpu", "worker_mem", "ps_gpu", "ps_cpu", "ps_mem"), MAX_PER_TASK),
+    **dict.fromkeys(("submit_time", "duration", "deadline"), MAX_SECONDS),
+    "iterations": 1e15,
+    "priority": 1e9,
+    "batch_size": 1e9,
+}
+
+
 @dataclass
 class Parsed:
     """What an adapter returns: the canonical table plus what a Workload says about its source."""
@@ -80,6 +97,7 @@ def finalize(df: pd.DataFrame, log: ProblemLog) -> pd.DataFrame:
         if col not in df.columns:
             df[col] = [val] * len(df) if isinstance(val, (dict, list)) else val
     lines = df[LINE].to_numpy()
+    _check_bounds(df, lines, log)
     # rows already reported at their source column (e.g. a negative duration) are not reported
     # again here under the derived column (iterations)
     fresh = ~log.flagged(lines)
@@ -125,6 +143,21 @@ def finalize(df: pd.DataFrame, log: ProblemLog) -> pd.DataFrame:
     for col in ("job_id", "submit_time", "iterations", "num_workers"):
         log.add_rows(fresh & df[col].isna().to_numpy(), lines, col, "missing value")
     return df
+
+
+def _check_bounds(df: pd.DataFrame, lines: np.ndarray, log: ProblemLog) -> None:
+    """Every numeric value finite and within BOUNDS (a magnitude, so a priority of -10^300 counts);
+    one problem per row, at the first column out of bounds (a derived column, e.g. max_workers
+    copied from num_workers, is not reported again)."""
+    fresh = ~log.flagged(lines)
+    for col, bound in BOUNDS.items():
+        v = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+        with np.errstate(invalid="ignore"):
+            inf = fresh & np.isinf(v)
+            big = fresh & ~inf & (np.abs(v) > bound)
+        log.add_rows(inf, lines, col, "not a finite number")
+        log.add_rows(big, lines, col, lambda i, v=v, b=bound: f"must be <= {b:g}, got {v[i]:g}")
+        fresh &= ~(inf | big)
 
 
 def sort_and_limit(df: pd.DataFrame, limit: int | None) -> pd.DataFrame:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from dlsched.traces import checks
-from dlsched.traces.frame import Parsed
+from dlsched.traces.frame import MAX_TASKS, Parsed
 from dlsched.traces.problems import ProblemLog
 from dlsched.traces.reader import read_csv
 from dlsched.traces.sizing import worker_columns
@@ -42,7 +42,7 @@ def read(path: Path, log: ProblemLog, *, elastic: bool = False, seed: int = 0) -
     jtype = checks.texts(df, "job_type", log)
     steps = checks.numbers(df, "total_steps", log, min_value=0, strict=True)
     arr = checks.numbers(df, "arrival_time", log, min_value=0)
-    scale = checks.numbers(df, "scale_factor", log, min_value=0, integer=True)
+    scale = checks.numbers(df, "scale_factor", log, min_value=0, integer=True, max_value=MAX_TASKS)
     bs = pd.Series(jtype, dtype=object).str.extract(r"batch size (\d+)", expand=False)
     frame = pd.DataFrame(
         {

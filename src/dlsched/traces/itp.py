@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from dlsched.traces import checks
-from dlsched.traces.frame import Parsed
+from dlsched.traces.frame import MAX_TASKS, Parsed
 from dlsched.traces.problems import ProblemLog
 from dlsched.traces.reader import read_csv
 from dlsched.traces.sizing import worker_columns
@@ -44,7 +44,7 @@ def _read(path: Path, log: ProblemLog, *, elastic: bool, deadline: bool) -> Pars
     checks.unique_ids(ids, lines, log)
     sub = checks.numbers(df, "submission_time", log, min_value=0)
     dur = checks.numbers(df, "duration", log, min_value=0)
-    gpus = checks.numbers(df, "num_gpu", log, min_value=0, integer=True)
+    gpus = checks.numbers(df, "num_gpu", log, min_value=0, integer=True, max_value=MAX_TASKS)
     cols: dict = {
         "_line": lines,
         "job_id": ids,

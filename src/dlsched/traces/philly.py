@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from dlsched.traces import checks
-from dlsched.traces.frame import Parsed
+from dlsched.traces.frame import MAX_TASKS, Parsed
 from dlsched.traces.problems import ProblemLog
 from dlsched.traces.reader import read_csv
 from dlsched.traces.sizing import worker_columns
@@ -36,7 +36,7 @@ def read(path: Path, log: ProblemLog, *, elastic: bool = False, seed: int = 0) -
         return Parsed(None, **meta)
     ts = checks.timestamps(df, "timestamp", log, fmt="%Y-%m-%d %H:%M:%S")
     dur = checks.numbers(df, "duration", log, min_value=0)
-    gpus = checks.numbers(df, "num_gpus", log, min_value=0, integer=True)
+    gpus = checks.numbers(df, "num_gpus", log, min_value=0, integer=True, max_value=MAX_TASKS)
     queue = checks.texts(df, "cluster", log, required=False, default="default")
     keep = ~((gpus == 0) | (dur == 0))
     dropped = {"zero_gpus": int(np.sum(gpus == 0)), "zero_duration": int(np.sum((dur == 0) & (gpus != 0)))}

@@ -28,7 +28,7 @@ import pandas as pd
 
 from dlsched.paths import traces_dir
 from dlsched.traces import checks
-from dlsched.traces.frame import Parsed
+from dlsched.traces.frame import MAX_TASKS, Parsed
 from dlsched.traces.problems import ProblemLog
 from dlsched.traces.reader import read_csv
 
@@ -101,7 +101,7 @@ def read(path: Path, log: ProblemLog, *, elastic: bool = False, seed: int = 0, t
     checks.unique_ids(ids, lines, log, "name")
     t = checks.numbers(df, "time", log, min_value=0)
     app = checks.texts(df, "application", log)
-    reps = checks.numbers(df, "num_replicas", log, min_value=1, integer=True)
+    reps = checks.numbers(df, "num_replicas", log, min_value=1, integer=True, max_value=MAX_TASKS)
     bs = checks.numbers(df, "batch_size", log, min_value=1, integer=True)
     pdir = profiles_dir(path, traces)
     if pdir is None:

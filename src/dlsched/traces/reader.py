@@ -8,6 +8,7 @@ fields is reported (with its line) and truncated, instead of aborting the whole 
 from __future__ import annotations
 
 import csv
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -49,19 +50,25 @@ def read_csv(
     require_file(path)
     header_line = skiprows + 1
     dtypes = {c: str for c in text_columns}
-    kwargs = dict(dtype=dtypes, skip_blank_lines=False, skiprows=skiprows, skipinitialspace=True)
+    kwargs = dict(dtype=dtypes, skip_blank_lines=False, skiprows=skiprows, skipinitialspace=True, index_col=False)
     try:
-        df = pd.read_csv(path, **kwargs)
+        try:
+            with warnings.catch_warnings():  # a row with more fields than the header: report it
+                warnings.simplefilter("error", pd.errors.ParserWarning)
+                df = pd.read_csv(path, **kwargs)
+        except (pd.errors.ParserError, pd.errors.ParserWarning):
+            df = _read_ragged(path, log, kwargs, skiprows)
+            if df is None:
+                return None
     except pd.errors.EmptyDataError:
         log.add(header_line, "-", "file is empty (no header)")
         return None
-    except UnicodeDecodeError:
-        log.add(header_line, "-", "file is not UTF-8 text")
+    except UnicodeDecodeError as exc:
+        log.add(header_line, "-", f"file is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})")
         return None
-    except pd.errors.ParserError:
-        df = _read_ragged(path, log, kwargs, skiprows)
-        if df is None:
-            return None
+    except (pd.errors.ParserError, csv.Error) as exc:  # e.g. a quote never closed
+        log.add(header_line, "-", f"not valid CSV: {' '.join(str(exc).split())}")
+        return None
     df.columns = [str(c).strip() for c in df.columns]
     missing = [c for c in required if c not in df.columns]
     if missing:
@@ -83,13 +90,20 @@ def _read_ragged(path: Path, log: ProblemLog, kwargs: dict, skiprows: int) -> pd
     with open(path, newline="", encoding="utf-8", errors="replace") as f:
         for _ in range(skiprows):
             f.readline()
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None:
-            log.add(skiprows + 1, "-", "file is empty (no header)")
+        reader = csv.reader(f, strict=True)  # strict: a quote never closed is an error, not rows lost
+        try:
+            header = next(reader, None)
+            if header is None:
+                log.add(skiprows + 1, "-", "file is empty (no header)")
+                return None
+            n = len(header)
+            for row in reader:
+                if len(row) > n:
+                    log.add(reader.line_num + skiprows, "-", f"row has {len(row)} fields, the header has {n}")
+        except csv.Error as exc:
+            hint = " (a quote never closed?)" if "end of data" in str(exc) else ""
+            log.add(reader.line_num + skiprows, "-", f"not valid CSV: {exc}{hint}")
             return None
-        n = len(header)
-        for row in reader:
-            if len(row) > n:
-                log.add(reader.line_num + skiprows, "-", f"row has {len(row)} fields, the header has {n}")
-    return pd.read_csv(path, engine="python", on_bad_lines=lambda bad: bad[:n], **kwargs)
+    with warnings.catch_warnings():  # the truncation pandas warns about is reported above
+        warnings.simplefilter("ignore", pd.errors.ParserWarning)
+        return pd.read_csv(path, engine="python", on_bad_lines=lambda bad: bad[:n], **kwargs)

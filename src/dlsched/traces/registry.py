@@ -112,9 +112,9 @@ def _parse(path: Path, fmt: str, *, elastic: bool, seed: int, traces: Path | Non
     parsed = _READERS[fmt](path, log, elastic=elastic, seed=seed, **extra)
     if parsed.frame is not None:
         parsed.frame = finalize(parsed.frame, log)
-        if len(parsed.frame) == 0 and not log:
-            dropped = ", ".join(f"{k} {v}" for k, v in parsed.dropped.items()) or "none"
-            log.add(1, "-", f"no jobs left after the {fmt} format's filters (dropped: {dropped})")
+    if (parsed.frame is None or len(parsed.frame) == 0) and not log:  # e.g. an empty DL2 file
+        dropped = ", ".join(f"{k} {v}" for k, v in parsed.dropped.items()) or "none"
+        log.add(1, "-", f"no jobs left after the {fmt} format's filters (dropped: {dropped})")
     return parsed, log
 
 
