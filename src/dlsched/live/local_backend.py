@@ -3,7 +3,8 @@
 Tasks are placed on virtual nodes (`dlsched.live.nodes`): the node only decides the process's
 `DLSCHED_NODE` and the scheduler's accounting, all processes share this machine's cores. Rank
 order follows the trainer contract (`runs.rank_layout`); the rendezvous is `127.0.0.1` on a port
-free at launch time. Runs are judged and observed by `runs.RankBackend`; this module only starts,
+free at launch time, and 127.0.0.1 is every rank's node address (`DLSCHED_NODE_ADDR`): nothing a
+job opens listens beyond this machine. Runs are judged and observed by `runs.RankBackend`; this module only starts,
 polls and signals processes.
 
 Processes are started in their own session, so they survive a controller crash; `pids.json` in
@@ -44,6 +45,8 @@ PIDS = "pids.json"
 DEFAULT_STANDBY = 4
 POLL_S = 0.02
 CREATE_TIME_TOL = 0.05
+#: The address of every virtual node: all a job listens on (rendezvous store, gloo, TensorPipe).
+LOCAL_ADDR = "127.0.0.1"
 
 
 @dataclass
@@ -103,8 +106,8 @@ class LocalBackend(RankBackend):
         port = _free_port()
         try:
             for r, (role, n) in enumerate(layout):
-                env = {"RANK": str(r), "WORLD_SIZE": str(len(layout)), "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": str(port), "DLSCHED_RUN_ID": run.run_id, "DLSCHED_NODE": names[n],
+                env = {"RANK": str(r), "WORLD_SIZE": str(len(layout)), "MASTER_ADDR": LOCAL_ADDR,
+                       "MASTER_PORT": str(port), "DLSCHED_NODE_ADDR": LOCAL_ADDR, "DLSCHED_RUN_ID": run.run_id, "DLSCHED_NODE": names[n],
                        "DLSCHED_ROLE": role}
                 run.ranks.append(self._spawn(LocalRank(r, role, names[n]), argv, env, job_dir,
                                              job_dir / "logs" / f"run{launch.attempt}-rank{r}.log"))
@@ -230,7 +233,7 @@ def _alive(pid: int, create_time: float) -> bool:
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((LOCAL_ADDR, 0))
         return s.getsockname()[1]
 
 

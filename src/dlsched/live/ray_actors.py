@@ -54,6 +54,19 @@ def _killpg(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
 
 
+def _node_env() -> dict[str, str]:
+    """What a rank learns from its actor: the node's address (every socket of the rank listens
+    there and nowhere else) and the GPUs Ray gave this actor, not the pool. With at least one
+    whole GPU of its own the rank is alone on its devices (LOCAL_RANK 0 of 1: NCCL on cuda:0);
+    with a fraction it shares one and the trainer falls back to gloo."""
+    env = {"DLSCHED_NODE_ADDR": ray.util.get_node_ip_address()}
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
+    if ray.get_runtime_context().get_assigned_resources().get("GPU", 0.0) >= 1.0:
+        env.update(LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+    return env
+
+
 class RayStandbyPool:
     """The Ray actor keeping warm trainer interpreters (`--standby`) on one node: a `StandbyPool`.
 
@@ -149,9 +162,8 @@ class RankActor:
         try:
             env = dict(env)
             env["MASTER_ADDR"], env["MASTER_PORT"] = master[0], str(master[1])
-            for key in ("CUDA_VISIBLE_DEVICES",):  # what Ray assigned to this task, not to the pool
-                if key in os.environ:
-                    env.setdefault(key, os.environ[key])
+            for key, value in _node_env().items():  # the backend's own settings win
+                env.setdefault(key, value)
             Path(log_path).parent.mkdir(parents=True, exist_ok=True)
             got = ray.get(pool.hand_off.remote(argv, env, Path(log_path))) if pool is not None else None
             if got is not None:

@@ -25,7 +25,13 @@ environment (torch.distributed conventions):
   RANK, WORLD_SIZE        this process's rank and the number of processes (workers + --num-ps);
                           default 0 and 1. In ps mode ranks 0..K-1 are parameter servers and
                           K..WORLD_SIZE-1 workers; rank K reports progress and checkpoints.
-  MASTER_ADDR, MASTER_PORT  rendezvous address (needed when WORLD_SIZE > 1)
+  MASTER_ADDR, MASTER_PORT  rendezvous address (needed when WORLD_SIZE > 1); rank 0 serves the
+                          rendezvous store on exactly this address (an address of its node)
+  DLSCHED_NODE_ADDR       this node's address: every socket of the rank (gloo, NCCL, TensorPipe)
+                          listens there and nowhere else (default: the local end of the route to
+                          MASTER_ADDR, i.e. 127.0.0.1 on one machine)
+  LOCAL_RANK, LOCAL_WORLD_SIZE  this rank's index among the ranks of its node, and their number:
+                          with a GPU for each, ddp uses NCCL on cuda:LOCAL_RANK, else gloo on the CPU
   DLSCHED_RUN_ID          id of this launch, echoed as "run" in progress records
   DLSCHED_THREADS         torch threads per process (default 1)
   DLSCHED_COMM_TIMEOUT    seconds before a rank gives up on a vanished peer (default 60)
@@ -108,8 +114,12 @@ def make_run(args: argparse.Namespace, p: argparse.ArgumentParser) -> "Run":
         world = int(env.get("WORLD_SIZE", "1"))
         timeout = float(env.get("DLSCHED_COMM_TIMEOUT", DEFAULT_COMM_TIMEOUT))
         port = int(env.get("MASTER_PORT", "0"))
+        local_rank = int(env.get("LOCAL_RANK", "0"))  # read again by trainer.ddp.placement
+        local_world = int(env.get("LOCAL_WORLD_SIZE", "1"))
     except ValueError as e:
         p.error(f"bad environment: {e}")
+    if local_world < 1 or not 0 <= local_rank:
+        p.error(f"need 0 <= LOCAL_RANK and LOCAL_WORLD_SIZE >= 1, got {local_rank} and {local_world}")
     if world < 1 or not 0 <= rank < world:
         p.error(f"need 0 <= RANK < WORLD_SIZE, got RANK={rank} WORLD_SIZE={world}")
     if world - args.num_ps < 1:
@@ -119,11 +129,31 @@ def make_run(args: argparse.Namespace, p: argparse.ArgumentParser) -> "Run":
         p.error("MASTER_ADDR and MASTER_PORT must be set when WORLD_SIZE > 1 or in ps mode")
     if timeout <= 0:
         p.error("DLSCHED_COMM_TIMEOUT must be > 0")
+    master = env.get("MASTER_ADDR", "127.0.0.1")
+    node_addr = "127.0.0.1"
+    if needs_rendezvous:
+        node_addr = _node_address(p, master, env.get("DLSCHED_NODE_ADDR"), rank == 0)
     args.job_dir.mkdir(parents=True, exist_ok=True)
     return Run(job_dir=args.job_dir, model=args.model, mode=args.mode, steps=args.steps,
                batch_size=args.batch_size, seed=args.seed, num_ps=args.num_ps,
                checkpoint_every=args.checkpoint_every, lr=args.lr or DEFAULT_LR[args.model],
                report_every=args.report_every, width=args.width or DEFAULT_WIDTH[args.model],
-               rank=rank, world_size=world, master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+               rank=rank, world_size=world, master_addr=master,
                master_port=port, run_id=env.get("DLSCHED_RUN_ID") or uuid.uuid4().hex[:12],
-               comm_timeout=timeout)
+               comm_timeout=timeout, node_addr=node_addr)
+
+
+def _node_address(p: argparse.ArgumentParser, master: str, given: str | None, hosts_store: bool) -> str:
+    """Where this rank listens (`trainer.rendezvous`), checked to be an address of this machine;
+    rank 0 also serves the store on MASTER_ADDR, which must then be one of its addresses too."""
+    from dlsched.trainer import rendezvous
+
+    try:
+        addr = rendezvous.node_address(master, given)
+        rendezvous.interface_of(addr)
+        if hosts_store:
+            rendezvous.interface_of(master)
+    except (OSError, ValueError) as e:
+        p.error(f"cannot listen on this node's address (MASTER_ADDR={master}, "
+                f"DLSCHED_NODE_ADDR={given or 'unset'}): {e}")
+    return addr

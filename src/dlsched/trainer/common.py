@@ -3,7 +3,6 @@ checkpoint or from the seed, and the reporting rank's bookkeeping (records, chec
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ class Run:
     master_port: int
     run_id: str
     comm_timeout: float
+    node_addr: str = "127.0.0.1"  # where this rank's sockets listen (`trainer.rendezvous`)
 
     @property
     def workers(self) -> int:
@@ -49,13 +49,6 @@ class Run:
     @property
     def timeout(self) -> timedelta:
         return timedelta(seconds=self.comm_timeout)
-
-
-def loopback_hints(addr: str) -> None:
-    """On one machine gloo/TensorPipe must use the loopback interface, whatever the hostname resolves to."""
-    if addr in ("127.0.0.1", "localhost"):
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        os.environ.setdefault("TP_SOCKET_IFNAME", "lo")
 
 
 def initial_state(run: Run) -> tuple[torch.nn.Module, dict | None]:

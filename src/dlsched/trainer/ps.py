@@ -18,8 +18,8 @@ import time
 import torch
 import torch.distributed.rpc as rpc
 
-from dlsched.trainer import checkpoint
-from dlsched.trainer.common import Clock, Run, after_step, end_of_run, initial_state, loopback_hints, save_checkpoint
+from dlsched.trainer import checkpoint, rendezvous
+from dlsched.trainer.common import Clock, Run, after_step, end_of_run, initial_state, save_checkpoint
 from dlsched.trainer.models import Task, build_model, share
 from dlsched.trainer.report import Reporter
 from dlsched.trainer.signals import STOP
@@ -113,8 +113,11 @@ def _rpc_finish() -> None:
 
 
 def _init_rpc(run: Run, name: str) -> None:
-    loopback_hints(run.master_addr)
-    opts = rpc.TensorPipeRpcBackendOptions(init_method=f"tcp://{run.master_addr}:{run.master_port}",
+    """Join the RPC group: the rendezvous store on MASTER_ADDR, TensorPipe and gloo on this node's
+    address only (`trainer.rendezvous`)."""
+    rendezvous.pin_interfaces(run.node_addr)
+    rendezvous.register()
+    opts = rpc.TensorPipeRpcBackendOptions(init_method=rendezvous.store_url(run.master_addr, run.master_port),
                                            rpc_timeout=run.comm_timeout, num_worker_threads=max(8, 2 * run.workers))
     rpc.init_rpc(name, rank=run.rank, world_size=run.world_size, rpc_backend_options=opts)
 
