@@ -184,6 +184,11 @@ class _Injector:
             return []
         return [p for p in _pids(data) if psutil.pid_exists(p)]
 
+    def _shuffled_running(self) -> list[dict]:
+        jobs = self.running()
+        self.rng.shuffle(jobs)
+        return jobs
+
     # -- faults
     def inject(self, kind: str) -> Fault:
         fault = Fault(time.time(), kind)
@@ -195,7 +200,7 @@ class _Injector:
         return fault
 
     def _kill_trainer(self, fault: Fault) -> None:
-        for job in self.rng.sample(self.running(), k=len(self.running())):
+        for job in self._shuffled_running():
             pids = self.trainer_pids(job["id"])
             if pids:
                 fault.job = job["id"]
@@ -211,7 +216,7 @@ class _Injector:
         fault.outcome = "injected"
 
     def _corrupt_checkpoint(self, fault: Fault) -> None:
-        for job in self.rng.sample(self.running(), k=len(self.running())):
+        for job in self._shuffled_running():
             ckpt = _newest_checkpoint(self.svc.job_dir(job["id"]))
             pids = self.trainer_pids(job["id"])
             if ckpt is None or not pids:

@@ -113,7 +113,7 @@ class Service:
         return r.json()
 
     def jobs(self) -> list[dict]:
-        return httpx.get(f"{self.url}/jobs", timeout=10).json()
+        return httpx.get(f"{self.url}/jobs", params={"limit": 1000}, timeout=10).json()  # one page: every test job
 
     def events(self, job_id: str) -> list[dict]:
         return httpx.get(f"{self.url}/jobs/{job_id}/events", timeout=10).json()
