@@ -31,8 +31,8 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=50, help="jobs submitted at the start (default 50)")
     ap.add_argument("--faults", type=int, default=100, help="faults to inject (default 100)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--min-steps", type=int, default=300)
-    ap.add_argument("--max-steps", type=int, default=1500)
+    ap.add_argument("--min-steps", type=int, default=1500)
+    ap.add_argument("--max-steps", type=int, default=4000)
     ap.add_argument("--gap", type=float, nargs=2, default=(1.0, 4.0), metavar=("MIN", "MAX"),
                     help="seconds between two faults (default 1 4)")
     ap.add_argument("--timeout", type=float, default=3 * 3600, help="give up after this many seconds")
@@ -54,8 +54,9 @@ def main() -> int:
                "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), "work": str(work),
                **report.summary()}
     print(json.dumps(summary, indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(summary, indent=1))
+    if args.json:  # with every fault, for a second look at the work folder
+        faults = [{"t": round(f.time - t0, 2), "kind": f.kind, "job": f.job, "outcome": f.outcome} for f in report.faults]
+        args.json.write_text(json.dumps({**summary, "faults": faults}, indent=1))
     return 1 if summary["problems"] else 0
 
 

@@ -73,7 +73,15 @@ class Boundary:
     kind: str  # "stop" (checkpointed on request), "crash" (no stop record), "corrupt" (a crash after a corruption)
     last_step: int  # the furthest step the ended run reported
     resumed_from: int  # where the next run started
-    interval_steps: int  # the largest gap between two checkpoints of the ended run (its checkpoint interval)
+    interval_steps: int  # the largest gap between two checkpoints of the job (its checkpoint interval)
+    destroyed: int = 0  # checkpoints the injector corrupted between the one resumed from and the next run
+
+    @property
+    def allowed(self) -> int:
+        """At most one checkpoint interval, plus one for each checkpoint destroyed on the way: a
+        fallback resumes from the checkpoint before the bad one (two corruptions in a row can take
+        both kept checkpoints)."""
+        return self.interval_steps * (1 + self.destroyed)
 
     @property
     def lost(self) -> int:
@@ -128,10 +136,9 @@ class ChaosReport:
         if self.intruders_started:
             out.append(f"{self.intruders_started} second service(s) started on a store that had an owner")
         for b in self.boundaries:
-            allowed = b.interval_steps * (2 if b.kind == "corrupt" else 1)
-            if b.kind != "stop" and b.lost > allowed:
-                out.append(f"{b.job}: a {b.kind} lost {b.lost} steps, more than {allowed} "
-                           f"({'two checkpoint intervals' if b.kind == 'corrupt' else 'one checkpoint interval'})")
+            if b.kind != "stop" and b.lost > b.allowed:
+                out.append(f"{b.job}: a {b.kind} lost {b.lost} steps, more than {b.allowed} ({1 + b.destroyed} "
+                           f"checkpoint interval(s) of {b.interval_steps} steps)")
             if b.kind == "stop" and b.lost > 0:
                 out.append(f"{b.job}: a checkpointed stop lost {b.lost} steps")
         return out
@@ -340,9 +347,13 @@ def _boundaries(job_id: str, recs: list[dict], corrupted_at: list[float]) -> lis
         start = next((r for r in nxt if r.get("event") == "start"), None)
         if start is None:
             continue
+        resumed = int(start.get("resumed_from", 0))
+        # when the checkpoint resumed from was written (the job's first record for step 0)
+        since = next((r["time"] for r in recs if r.get("event") == "checkpoint" and r.get("step") == resumed),
+                     recs[0]["time"])
+        destroyed = sum(since <= t <= start["time"] for t in corrupted_at)
         stopped = any(r.get("event") == "stop" for r in ended)
-        corrupt = any(ended[0]["time"] <= t <= start["time"] for t in corrupted_at)
-        out.append(Boundary(job_id, "stop" if stopped else "corrupt" if corrupt else "crash",
-                            last_step=max(r.get("step", 0) for r in ended),
-                            resumed_from=int(start.get("resumed_from", 0)), interval_steps=interval))
+        out.append(Boundary(job_id, "stop" if stopped else "corrupt" if destroyed else "crash",
+                            last_step=max(r.get("step", 0) for r in ended), resumed_from=resumed,
+                            interval_steps=interval, destroyed=destroyed))
     return out
