@@ -55,7 +55,7 @@ def main() -> int:
                **report.summary()}
     print(json.dumps(summary, indent=1))
     if args.json:  # with every fault, for a second look at the work folder
-        faults = [{"t": round(f.time - t0, 2), "kind": f.kind, "job": f.job, "outcome": f.outcome} for f in report.faults]
+        faults = [{"t": round(f.time - t0, 2), "unix": round(f.time, 3), "kind": f.kind, "job": f.job, "outcome": f.outcome} for f in report.faults]
         args.json.write_text(json.dumps({**summary, "faults": faults}, indent=1))
     return 1 if summary["problems"] else 0
 

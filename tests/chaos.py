@@ -36,6 +36,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from dlsched.trainer.checkpoint import KEEP
 from tests.live_service import Service, _pids, all_ended, progress_records
 
 KINDS = ("kill-trainer", "kill-service", "corrupt-checkpoint", "second-service")
@@ -70,7 +71,8 @@ class Boundary:
     """Where one run of a job ended and the next began."""
 
     job: str
-    kind: str  # "stop" (checkpointed on request), "crash" (no stop record), "corrupt" (a crash after a corruption)
+    kind: str  # "stop" (checkpointed on request), "crash" (no stop record), "corrupt" (a crash after a
+    # corruption), "corrupt-all" (the injector destroyed every checkpoint the trainer keeps: from step 0)
     last_step: int  # the furthest step the ended run reported
     resumed_from: int  # where the next run started
     interval_steps: int  # the largest gap between two checkpoints of the job (its checkpoint interval)
@@ -81,7 +83,7 @@ class Boundary:
         """At most one checkpoint interval, plus one for each checkpoint destroyed on the way: a
         fallback resumes from the checkpoint before the bad one (two corruptions in a row can take
         both kept checkpoints)."""
-        return self.interval_steps * (1 + self.destroyed)
+        return self.interval_steps * (1 + self.destroyed) if self.kind != "corrupt-all" else self.last_step
 
     @property
     def lost(self) -> int:
@@ -353,7 +355,8 @@ def _boundaries(job_id: str, recs: list[dict], corrupted_at: list[float]) -> lis
                      recs[0]["time"])
         destroyed = sum(since <= t <= start["time"] for t in corrupted_at)
         stopped = any(r.get("event") == "stop" for r in ended)
-        out.append(Boundary(job_id, "stop" if stopped else "corrupt" if destroyed else "crash",
+        kind = ("stop" if stopped else "corrupt-all" if destroyed >= KEEP else "corrupt" if destroyed else "crash")
+        out.append(Boundary(job_id, kind,
                             last_step=max(r.get("step", 0) for r in ended), resumed_from=resumed,
                             interval_steps=interval, destroyed=destroyed))
     return out
