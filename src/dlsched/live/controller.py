@@ -92,9 +92,10 @@ class Controller:
         self._pending_pause: dict[str, tuple[float, str]] = {}  # job -> (unix time asked, kind)
         self._happened: set[str] = set()
         self.last_error = ""  # why the last decision failed; "" once one succeeds
-        # Why queued jobs wait: `waiting_notes` is for any part of the controller to set (a job
-        # backing off after a failure) and wins over the computed reason; `_policy_said` is the
-        # policy's own word at its last decision; `_waiting` is what the store shows now.
+        # Why queued jobs wait: `waiting_notes` is for any part of the controller to set and wins
+        # over the computed reason (a job backing off gets its retry note from `backing_off` the
+        # same way, in `_publish_waiting`); `_policy_said` is the policy's own word at its last
+        # decision; `_waiting` is what the store shows now.
         self.waiting_notes: dict[str, str] = {}
         self._policy_said: dict[str, str] = {}
         self._last_decision: float | None = None
@@ -245,7 +246,7 @@ class Controller:
             return
         delay = self.retry.delay(js.failures)
         self.state.stop(js, self.time.now, preempted=False)
-        note = f"retrying in {delay:.0f} s (attempt {js.failures + 1}/{attempts})"
+        note = waiting_note(self.time.now + delay, self.time.now, js.failures + 1, attempts)
         self.record.queued(js, "failed-run", o.message or summary, reason=f"run failed: {summary}; {note}")
         if delay > 0:
             self._park(js, self.time.now + delay)

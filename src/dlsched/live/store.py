@@ -309,7 +309,7 @@ class Store:
             _add_missing_columns(self.engine)
         except DatabaseError as exc:  # unreachable server, bad credentials, a file that is not SQLite...
             self.engine.dispose()
-            raise ConfigError(f"cannot open the database {mask_url(url)}: {scrub(exc.orig, url)}") from None
+            raise ConfigError(f"cannot open the database {self.shown_url}: {scrub(exc.orig, url)}") from None
         self._session = sessionmaker(self.engine, expire_on_commit=False)
 
     # ------------------------------------------------------------------ jobs
