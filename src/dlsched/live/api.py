@@ -24,7 +24,8 @@ from dlsched.live.auth import ApiAuth
 from dlsched.live.metrics import CONTENT_TYPE, LiveMetrics
 from dlsched.live.spec import TrainJob
 from dlsched.live.status_page import JobPage, render_status_page
-from dlsched.live.store import FINISHED, EventView, JobStatusName, JobView, Store, WrongState
+from dlsched.live.store import Store
+from dlsched.live.store_views import FINISHED, EventView, JobStatusName, JobView, WrongState
 
 
 log = logging.getLogger("dlsched.api")

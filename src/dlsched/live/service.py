@@ -270,7 +270,7 @@ def run_service(cfg: ServiceConfig, *, announce=print) -> None:
     import uvicorn
 
     from dlsched.live.api import create_app
-    from dlsched.live.store import mask_url
+    from dlsched.live.store_engine import mask_url
 
     auth = cfg.api_auth()  # a missing token file fails before anything is bound
     warning = exposure_warning(cfg.host, auth)

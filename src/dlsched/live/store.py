@@ -9,246 +9,36 @@ Every method opens its own short session, so the store can be used from the API'
 and the controller's thread at once. Updates write only the columns they are given (an UPDATE of
 those columns, not a read-modify-write of the whole row), so the controller publishing progress
 cannot undo a cancel request the API wrote a moment before.
+
+The pieces around it: `store_views.py` (what it hands out: JobView, EventView, statuses, ids),
+`store_schema.py` (the tables and their migration), `store_engine.py` (opening a URL, masking its
+password).
 """
 
 from __future__ import annotations
 
-import re
 import threading
 import time
-from pathlib import Path
-from typing import Any, Iterable, Literal, get_args
+from typing import Any, Iterable
 
-from pydantic import BaseModel, Field
-from sqlalchemy import (
-    JSON, Boolean, Double, ForeignKey, Integer, String, Text, create_engine, event, select, update,
-)
-from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
-from sqlalchemy.pool import StaticPool
+from sqlalchemy import select, update
+from sqlalchemy.exc import DatabaseError, IntegrityError
+from sqlalchemy.orm import sessionmaker
 
 from dlsched.core.errors import ConfigError
 from dlsched.live.spec import TrainJob
-
-JobStatusName = Literal["queued", "running", "done", "failed", "cancelled", "rejected"]
-JOB_STATUSES: tuple[str, ...] = get_args(JobStatusName)
-#: Statuses a job never leaves.
-FINISHED: frozenset[str] = frozenset({"done", "failed", "cancelled", "rejected"})
-
-_ID_PREFIX = "job-"
-
-
-class JobView(BaseModel):
-    """One job as the API returns it and the controller reads it."""
-
-    id: str = Field(description="assigned by the service, e.g. job-000001; never reused")
-    name: str | None = None
-    spec: TrainJob
-    status: JobStatusName
-    submitted_at: float = Field(description="unix time")
-    started_at: float | None = Field(None, description="unix time of the first start")
-    finished_at: float | None = Field(None, description="unix time it ended")
-    steps_done: int = 0
-    loss: float | None = None
-    steps_per_s: float | None = None
-    workers: int = 0
-    ps: int = 0
-    nodes: list[str] = []
-    attempt: int = 0
-    restarts: int = 0
-    reason: str = ""
-    cancel_requested: bool = False
-    job_dir: str | None = None
-    waiting_reason: str = Field("", description="why a queued job waits (the resource that blocks it, the "
-                                "policy's choice, a back-off); empty unless queued")
-
-
-class EventView(BaseModel):
-    """Something that happened to a job (submitted, started, resized, failed-run, done...)."""
-
-    job_id: str
-    time: float
-    kind: str
-    message: str = ""
-    data: dict = {}
-
-
-#: Statuses `Store.retry` puts back in the queue, and those `Store.delete` may remove.
-RETRYABLE: frozenset[str] = frozenset({"failed", "cancelled"})
-DELETABLE: frozenset[str] = FINISHED
-
-
-class WrongState(Exception):
-    """The job exists but is not in a status the operation applies to (HTTP 409)."""
-
-
-#: JobView fields `Store.update` may write.
-UPDATABLE: frozenset[str] = frozenset(JobView.model_fields) - {"id", "spec", "submitted_at"}
-
-
-def format_job_id(seq: int) -> str:
-    return f"{_ID_PREFIX}{seq:06d}"
-
-
-def parse_job_id(job_id: str) -> int | None:
-    """The row number behind an id, or None for anything that is not exactly one of our ids."""
-    if not isinstance(job_id, str) or not job_id.startswith(_ID_PREFIX):
-        return None
-    digits = job_id[len(_ID_PREFIX):]
-    if not digits.isascii() or not digits.isdigit():
-        return None
-    seq = int(digits)
-    return seq if format_job_id(seq) == job_id and 0 < seq < 2**62 else None
-
-
-class _Base(DeclarativeBase):
-    pass
-
-
-class _Job(_Base):
-    __tablename__ = "dlsched_jobs"
-    # AUTOINCREMENT on SQLite (a serial on PostgreSQL): ids are never handed out twice, even
-    # after the newest job's row was deleted by hand.
-    __table_args__ = {"sqlite_autoincrement": True}
-
-    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    name: Mapped[str | None] = mapped_column(Text, nullable=True)
-    spec: Mapped[dict] = mapped_column(JSON)
-    status: Mapped[str] = mapped_column(String(16), index=True)
-    submitted_at: Mapped[float] = mapped_column(Double)
-    started_at: Mapped[float | None] = mapped_column(Double, nullable=True)
-    finished_at: Mapped[float | None] = mapped_column(Double, nullable=True)
-    steps_done: Mapped[int] = mapped_column(Integer, default=0)
-    loss: Mapped[float | None] = mapped_column(Double, nullable=True)
-    steps_per_s: Mapped[float | None] = mapped_column(Double, nullable=True)
-    workers: Mapped[int] = mapped_column(Integer, default=0)
-    ps: Mapped[int] = mapped_column(Integer, default=0)
-    nodes: Mapped[list] = mapped_column(JSON, default=list)
-    attempt: Mapped[int] = mapped_column(Integer, default=0)
-    restarts: Mapped[int] = mapped_column(Integer, default=0)
-    reason: Mapped[str] = mapped_column(Text, default="")
-    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
-    job_dir: Mapped[str | None] = mapped_column(Text, nullable=True)
-    # server_default: `_add_missing_columns` adds it to a store made before it existed
-    waiting_reason: Mapped[str] = mapped_column(Text, default="", server_default="")
-
-
-class _Event(_Base):
-    __tablename__ = "dlsched_events"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    job_seq: Mapped[int] = mapped_column(ForeignKey("dlsched_jobs.seq", ondelete="CASCADE"), index=True)
-    time: Mapped[float] = mapped_column(Double)
-    kind: Mapped[str] = mapped_column(String(64))
-    message: Mapped[str] = mapped_column(Text, default="")
-    data: Mapped[dict] = mapped_column(JSON, default=dict)
-
-
-class _Meta(_Base):
-    __tablename__ = "dlsched_meta"
-
-    key: Mapped[str] = mapped_column(String(200), primary_key=True)
-    value: Mapped[str] = mapped_column(Text)
-
-
-class _Lease(_Base):
-    """At most one row: the service that owns this store (see `dlsched.live.lease`)."""
-
-    __tablename__ = "dlsched_lease"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)  # always 1: the primary key makes it one row
-    owner_id: Mapped[str] = mapped_column(String(64))
-    host: Mapped[str] = mapped_column(Text)
-    pid: Mapped[int] = mapped_column(Integer)
-    proc_started: Mapped[float] = mapped_column(Double)
-    port: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    since: Mapped[float] = mapped_column(Double)
-    heartbeat_at: Mapped[float] = mapped_column(Double)
-    ttl: Mapped[float] = mapped_column(Double)
-    pid_ns: Mapped[str] = mapped_column(Text, default="", server_default="")
-
-
-#: The columns of the lease row, as `Store.lease_holder` returns them.
-LEASE_FIELDS: tuple[str, ...] = ("owner_id", "host", "pid", "proc_started", "port", "since", "heartbeat_at", "ttl",
-                                 "pid_ns")
-_LEASE_ROW = 1
+from dlsched.live.store_engine import _make_engine, mask_url, scrub
+from dlsched.live.store_schema import (
+    LEASE_FIELDS, _LEASE_ROW, _add_missing_columns, _Base, _Event, _Job, _Lease, _Meta,
+)
+from dlsched.live.store_views import (
+    DELETABLE, JOB_STATUSES, RETRYABLE, UPDATABLE, EventView, JobView, WrongState, format_job_id, parse_job_id,
+)
 
 
 def _view(row: _Job) -> JobView:
     fields = {f: getattr(row, f) for f in UPDATABLE | {"submitted_at"}}
     return JobView(id=format_job_id(row.seq), spec=TrainJob.model_validate(row.spec), **fields)
-
-
-#: user:password@ of a URL: everything up to the last @ is the secret (an unencoded password may
-#: hold @ or /, and SQLAlchemy would then parse part of it as the host: so no parser is trusted here).
-_PASSWORD = re.compile(r"(?P<keep>//[^/?#@:]*:)(?P<secret>.*)@", re.S)
-
-
-def mask_url(url: str) -> str:
-    """`url` with its password replaced by ***, even when it does not parse: what every message
-    and log line shows of a database URL (a malformed one must not echo its secret)."""
-    return _PASSWORD.sub(lambda m: f"{m['keep']}***@", str(url))
-
-
-def scrub(text: str, url: str) -> str:
-    """`text` (a driver's or parser's error) on one line, with `url`'s password (raw or decoded) masked."""
-    from urllib.parse import unquote
-
-    m = _PASSWORD.search(str(url))
-    secrets = {m["secret"], unquote(m["secret"])} if m else set()
-    try:
-        secrets.add(make_url(url).password or "")
-    except (ArgumentError, ValueError, TypeError):
-        pass
-    text = " ".join(str(text).split())
-    for secret in sorted(filter(None, secrets), key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
-
-
-def _make_engine(url: str) -> Engine:
-    shown = mask_url(url)
-    secret = _PASSWORD.search(url)
-    if secret and "@" in secret["secret"]:  # SQLAlchemy would take what follows the first @ for the host
-        raise ConfigError(f"bad database URL {shown}: its password holds an '@'; percent-encode it as %40")
-    try:
-        parsed = make_url(url)
-    except (ArgumentError, ValueError) as exc:
-        raise ConfigError(f"bad database URL {shown}: {scrub(exc, url)}") from None
-    if parsed.get_backend_name() != "sqlite":
-        try:
-            return create_engine(url, pool_pre_ping=True)
-        except ImportError as exc:
-            hint = " (pip install 'dlsched[postgres]')" if parsed.get_backend_name() == "postgresql" else ""
-            raise ConfigError(f"no database driver for {parsed.drivername!r}: {scrub(exc, url)}{hint}") from None
-        except (ArgumentError, ValueError) as exc:  # NoSuchModuleError: a scheme SQLAlchemy has no dialect for
-            raise ConfigError(f"bad database URL {shown}: {scrub(exc, url)} (expected e.g. sqlite:///path/dlsched.db or "
-                              "postgresql+psycopg://user@host/db)") from None
-    memory = parsed.database in (None, "", ":memory:")
-    if not memory:
-        try:
-            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"cannot create the folder of the database {shown}: {exc}") from None
-    engine = create_engine(
-        url,
-        connect_args={"check_same_thread": False, "timeout": 30},
-        # one shared connection for an in-memory database, or every session would see its own
-        **({"poolclass": StaticPool} if memory else {}),
-    )
-
-    @event.listens_for(engine, "connect")
-    def _pragmas(dbapi_conn, _record) -> None:  # WAL: the API reads while the controller writes
-        cur = dbapi_conn.cursor()
-        if not memory:
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute("PRAGMA synchronous=NORMAL")
-        cur.execute("PRAGMA foreign_keys=ON")
-        cur.execute("PRAGMA busy_timeout=30000")
-        cur.close()
-
-    return engine
 
 
 def _status_filter(statuses: Iterable[str] | None) -> list:
@@ -260,24 +50,6 @@ def _status_filter(statuses: Iterable[str] | None) -> list:
     if bad:
         raise ValueError(f"unknown job status {bad[0]!r}; known: {', '.join(JOB_STATUSES)}")
     return [_Job.status.in_(wanted)]
-
-
-def _add_missing_columns(engine: Engine) -> None:
-    """Add columns this version declares to tables an older version created (`create_all` only
-    creates missing tables). Every such column has a server default, so old rows get a value."""
-    from sqlalchemy import inspect, text
-
-    insp = inspect(engine)
-    with engine.begin() as conn:
-        for table in _Base.metadata.sorted_tables:
-            have = {c["name"] for c in insp.get_columns(table.name)}
-            for col in table.columns:
-                if col.name in have:
-                    continue
-                kind = col.type.compile(dialect=engine.dialect)
-                default = col.server_default.arg if col.server_default is not None else None
-                clause = f" NOT NULL DEFAULT '{default}'" if isinstance(default, str) else ""
-                conn.execute(text(f'ALTER TABLE {table.name} ADD COLUMN {col.name} {kind}{clause}'))
 
 
 def _checked_update(job_id: str, fields: dict[str, Any]) -> tuple[int, dict[str, Any]]:
