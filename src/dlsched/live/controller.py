@@ -18,12 +18,17 @@ policies see), then rejections.
 The store is the only channel to the API: new jobs and cancel requests are read from it, status
 is written back. Times are seconds since the service's epoch, kept in the store, so a restarted
 service sees the same clock.
+
+Its parts, each a mixin of `Controller` in a module of its own: `controller_decisions.py` (a
+decision and its Actions), `controller_observations.py` (folding what the backend observed),
+`controller_failures.py` (failed runs: backoff, retry, fail), `controller_reports.py` (waiting
+reasons, health, the cluster view). This module holds the state they share, recovery after a
+restart, the round that calls them, and a job's end.
 """
 
 from __future__ import annotations
 
 import logging
-import statistics
 import threading
 import time
 from pathlib import Path
@@ -31,20 +36,18 @@ from typing import Callable
 
 import numpy as np
 
-from dlsched.core.allocation import Allocation
-from dlsched.core.errors import ConfigError, PlanError
+from dlsched.core.errors import ConfigError
 from dlsched.core.policy import Policy
 from dlsched.core.snapshot import Clock, JobStatus
-from dlsched.framework.actions import Action, Kind
 from dlsched.framework.state import ClusterState
 from dlsched.framework.triggers import Triggers
-from dlsched.live.backend import Backend, Launch, Observation
-from dlsched.live.admission import admission_problems
+from dlsched.live.backend import Backend
+from dlsched.live.controller_decisions import ControllerDecisions
+from dlsched.live.controller_failures import ControllerFailures
+from dlsched.live.controller_observations import ControllerObservations
+from dlsched.live.controller_reports import ControllerReports
 from dlsched.live.job_record import JobRecord, LiveJobState
-from dlsched.live.spec import TrainJob
-from dlsched.live.waiting import waiting_reasons
-from dlsched.live.retry import RetryConfig, waiting_note
-from dlsched.live.runs import one_line
+from dlsched.live.retry import RetryConfig
 
 log = logging.getLogger("dlsched.controller")
 
@@ -62,7 +65,7 @@ def live_refusal(policy: Policy) -> str:
     return ""
 
 
-class Controller:
+class Controller(ControllerDecisions, ControllerObservations, ControllerFailures, ControllerReports):
     """Drives one backend with one policy, using the store as its queue and its record."""
 
     def __init__(self, store, backend: Backend, policy: Policy, *, work_dir: Path, tick: float = 1.0,
@@ -193,219 +196,7 @@ class Controller:
                     self._count("cancel")
                 self._end(js, JobStatus.UNFINISHED, "cancelled", "cancelled by the user")
 
-    def _observe(self) -> None:
-        obs = self.backend.observe()
-        for js in list(self.state.running.values()):
-            o = obs.get(js.job_id)
-            if o is None:
-                continue
-            self._fold(js, o)
-            self._note_resume(js, o)
-            done = self.record.done_marker(js.job_id)
-            if o.state == "done" or done is not None:  # finished, even while its ranks still exit:
-                self._finish(js, done or {})  # never resize or restart a complete job (`forget` stops the rest)
-            elif o.state in ("failed", "stopped"):
-                self._failed(js, o)
-
-    def _fold(self, js: LiveJobState, o: Observation) -> None:
-        js.settle(self.time.now)
-        js.report_progress(o.step)
-        if o.samples:
-            js.samples = list(o.samples)
-        pending = self._pending_pause.get(js.job_id)
-        if o.first_step_at is not None and pending is not None and o.first_step_at >= pending[0]:
-            del self._pending_pause[js.job_id]
-            pause, kind = o.first_step_at - pending[0], pending[1]
-            (self.startups if kind == "start" else self.pauses).append(pause)
-            if kind != "start" and self.metrics is not None:
-                self.metrics.resize_pause_seconds.observe(pause)
-            self.record.event(js, "first-step", f"{kind}: first step {pause:.2f} s after it was asked",
-                              {"pause_s": pause, "kind": kind})
-        js.rate = float(o.steps_per_s) if o.steps_per_s and o.first_step_at is not None else 0.0
-        a = js.allocation
-        if js.rate and a is not None:
-            js.observed_rates[(a.num_nodes, a.num_workers, a.num_ps)] = js.rate
-
-    def _failed(self, js: LiveJobState, o: Observation) -> None:
-        """A run died without finishing: retried from its checkpoint after a backoff (`live/retry.py`),
-        or, after `retry.attempts` failures in a row without getting further, the job has failed.
-        The event keeps the whole message (log tails); the job's reason is one line."""
-        self.backend.forget(js.job_id)
-        if o.step > js.failed_at_step:  # it got further than last time: not a crash loop
-            js.failures = 0
-        js.failures += 1
-        js.failed_at_step = max(js.failed_at_step, float(o.step))
-        self._happened.add("failure")  # its resources came free
-        summary = one_line(o.message) or f"run {o.state}"
-        attempts = self.retry.attempts
-        data = {"step": int(o.step), "failures": js.failures, "attempts": attempts, "summary": summary}
-        if js.failures >= attempts:
-            self.record.event(js, "failed-run", o.message or summary, data)
-            runs = "1 run failed" if attempts == 1 else f"{js.failures} runs failed in a row without getting further"
-            self._end(js, JobStatus.UNFINISHED, "failed", f"{runs}; last: {summary}")
-            return
-        delay = self.retry.delay(js.failures)
-        self.state.stop(js, self.time.now, preempted=False)
-        note = waiting_note(self.time.now + delay, self.time.now, js.failures + 1, attempts)
-        self.record.queued(js, "failed-run", o.message or summary, reason=f"run failed: {summary}; {note}")
-        if delay > 0:
-            self._park(js, self.time.now + delay)
-            self.record.event(js, "backoff", note, {**data, "delay_s": delay, "retry_at": self.epoch + js.retry_at})
-        else:  # no backoff: it waits for the policy at once, as after a node failure in the simulator
-            self.record.save_retry(js)
-
-    def _park(self, js: LiveJobState, until: float) -> None:
-        """The job waits out its backoff where no policy sees it (`ClusterState.park`)."""
-        js.retry_at = until
-        self.state.park(js)
-        self.backing_off[js.job_id] = js
-        self.record.save_retry(js)
-
-    def _end_backoffs(self) -> None:
-        """Jobs whose backoff is over wait for the policy again."""
-        for jid, js in list(self.backing_off.items()):
-            if js.retry_at is not None and js.retry_at > self.time.now:
-                continue
-            del self.backing_off[jid]
-            js.retry_at = None
-            self.state.unpark(js)
-            self.record.save_retry(js)
-            self.record.event(js, "retry", f"backoff over: waiting for the policy (attempt {js.failures + 1}/"
-                              f"{self.retry.attempts})")
-            self._happened.add("arrival")  # it is back in the queue
-
-    def waiting_note(self, job_id: str) -> str:
-        """Why a queued job is not placed, as far as retries go: "retrying in 40 s (attempt 2/5)",
-        or "" when it is not backing off (what the API and status page can show)."""
-        js = self.backing_off.get(job_id)
-        if js is None or js.retry_at is None:
-            return ""
-        return waiting_note(js.retry_at, self.now(), js.failures + 1, self.retry.attempts)
-
-    def _note_resume(self, js: LiveJobState, o: Observation) -> None:
-        """Turn the trainer's "resume" record into an event when the run did not start where the
-        job was: a newer checkpoint was bad (fallback), none was usable, or none was there."""
-        rec = o.resume
-        run = rec.get("run") if rec is not None else None
-        if rec is None or run == js.resume_noted:
-            return
-        js.resume_noted = run
-        step = rec.get("step") if isinstance(rec.get("step"), int) else 0
-        problems = [str(p) for p in rec.get("problems") or []]
-        used = rec.get("checkpoint")
-        known = js.resume_expected
-        lost = max(0, known - step) if known is not None else None
-        steps_lost = f", {lost} steps lost" if lost is not None else ""
-        if problems and used:
-            kind = "checkpoint-fallback"
-            msg = f"newest checkpoint unusable ({problems[0]}): resumed from {used} at step {step}{steps_lost}"
-        elif problems:
-            kind = "checkpoint-unusable"
-            msg = f"no usable checkpoint ({'; '.join(problems)}): restarting from step 0{steps_lost}"
-        elif used is None and known:
-            kind, msg = "checkpoint-missing", f"checkpoint missing: restarting from step 0, {lost} steps lost"
-        else:
-            return
-        if known is None and self.record.noted(js.job_id, kind, run):
-            return  # an adopted run: said before this service restarted
-        self.record.event(js, kind, msg, {"run": run, "step": step, "lost_steps": lost, "checkpoint": used,
-                                          "problems": problems})
-
-    # ------------------------------------------------------------------ decisions
-    def _decide(self, reasons: tuple[str, ...]) -> None:
-        restart = statistics.median(self.pauses) if self.pauses else self.assumed_restart
-        snap = self.state.snapshot(self.time.now, reasons, restart, rng=self.rng)
-        t0 = time.perf_counter()
-        try:
-            plan = self.policy.schedule(snap)
-            said = self._policy_reasons(snap, plan)
-            actions = self.state.diff(plan, self.time.now, self.policy.name)
-        except PlanError as exc:  # a policy bug: keep the cluster as it is and say why
-            self._decision_failed(f"plan refused: {exc}")
-            return
-        except Exception as exc:  # the policy itself failed: the same, visibly
-            log.exception("policy %r failed", self.policy.name)
-            self._decision_failed(f"policy {self.policy.name!r} failed: {type(exc).__name__}: {exc}")
-            return
-        finally:
-            spent = time.perf_counter() - t0
-            self.decisions += 1
-            self.decision_times.append(spent)
-            if self.metrics is not None:
-                self.metrics.decision_seconds.observe(spent)
-        self.last_error = ""
-        self._policy_said, self._last_decision = said, self.time.now
-        if self.metrics is not None:
-            self.metrics.decision_failing.set(0)
-        self.triggers.wake_at(plan.wake_at, self.time.now)
-        for a in actions:
-            self._act(a)
-
-    def _policy_reasons(self, snap, plan) -> dict[str, str]:
-        """The policy's own words on its waiting jobs; a failure there only costs the words."""
-        try:
-            return {str(k): str(v) for k, v in (self.policy.waiting_reasons(snap, plan) or {}).items()}
-        except Exception:
-            log.exception("policy %r failed to give waiting reasons", self.policy.name)
-            return {}
-
-    def _decision_failed(self, message: str) -> None:
-        log.error("%s", message)
-        self.last_error = message
-        self._happened.add("failure")  # ask again next round: the state may have changed
-        if self.metrics is not None:
-            self.metrics.decision_failures_total.inc()
-            self.metrics.decision_failing.set(1)
-
-    def _act(self, a: Action) -> None:
-        js = self.state.jobs[a.job_id]
-        if a.kind is Kind.STOP:
-            self._stop(js)
-            self._pending_pause.pop(js.job_id, None)  # a preemption's wait is queueing, not a pause
-            self.state.apply(a, self.time.now)
-            self.record.queued(js, "preempted", "preempted by the policy", step=int(js.reported_progress))
-        elif a.kind is Kind.HOLD:
-            self.state.apply(a, self.time.now)
-            what = "reserved, nothing launched until the rest fits" if a.allocation else "reservation released"
-            self.record.event(js, "held", what)
-        elif a.kind is Kind.REJECT:
-            self._end(js, JobStatus.REJECTED, "rejected", a.reason)
-            return
-        else:
-            old = js.allocation
-            if a.kind is Kind.RESIZE:
-                self._stop(js)
-            kind = "resized" if old else ("started" if js.first_start is None else "restarted")
-            self._pending_pause.setdefault(js.job_id, (self.clock(), "start" if js.first_start is None else (
-                "resize" if old else "restart")))
-            self.state.apply(a, self.time.now)
-            js.resume_expected = int(js.reported_progress)  # what its "resume" record is checked against
-            self.backend.start(self._launch(js, a.allocation, attempt=js.attempt))
-            js.attempt += 1
-            self.record.running(js, a.allocation)
-            size = f"{a.allocation.num_workers}w/{a.allocation.num_ps}ps"
-            self.record.event(js, kind, f"{old.num_workers}w/{old.num_ps}ps → {size}" if old else size,
-                              {"workers": a.allocation.num_workers, "ps": a.allocation.num_ps,
-                               "nodes": self.record.node_names(a.allocation)})
-            self._count({"started": "start", "restarted": "restart", "resized": "resize"}[kind])
-            return
-        self._count("stop" if a.kind is Kind.STOP else "hold")
-
-    def _stop(self, js: LiveJobState) -> None:
-        """Checkpoint and stop the job's processes, then fold its last reported progress."""
-        self._pending_pause[js.job_id] = (self.clock(), "resize")
-        self.backend.stop(js.job_id, self.stop_timeout)
-        obs = self.backend.observe().get(js.job_id)
-        self.time.now = self.now()
-        if obs is not None:
-            self._fold(js, obs)
-        self.backend.forget(js.job_id)
-
-    def _launch(self, js: LiveJobState, alloc: Allocation, attempt: int) -> Launch:
-        launch = Launch(js.job_id, js.train_job, alloc, self.record.job_dir(js.job_id), attempt=attempt)
-        launch.job_dir.mkdir(parents=True, exist_ok=True)
-        return launch
-
+    # ------------------------------------------------------------------ a job's end
     def _finish(self, js: LiveJobState, done: dict) -> None:
         self.backend.forget(js.job_id)
         self._end(js, JobStatus.DONE, "done", "", steps_done=int(done.get("steps", js.spec.iterations)),
@@ -426,54 +217,9 @@ class Controller:
             del self.state.jobs[jid]
             self.record.forget(jid, self.metrics)
 
-    def _publish_waiting(self) -> None:
-        """Write why each queued job waits (changed ones only) and clear it for jobs that left the queue."""
-        queued = {jid: js for jid, js in self.state.jobs.items() if js.status is JobStatus.PENDING}
-        notes = {**self.waiting_notes, **{jid: self.waiting_note(jid) for jid in self.backing_off}}
-        now = waiting_reasons(queued, self.state.free, self.cluster, notes=notes,
-                              policy_said=self._policy_said, policy=self.policy.name,
-                              last_decision=self._last_decision)
-        changed = {jid: {"waiting_reason": r} for jid, r in now.items() if self._waiting.get(jid) != r}
-        changed.update({jid: {"waiting_reason": ""} for jid in self._waiting if jid not in now})
-        self.store.update_many(changed)
-        self._waiting = now
-        for jid in [j for j in self.waiting_notes if j not in queued]:
-            del self.waiting_notes[jid]  # a note is about one wait: it ends when the job leaves the queue
-
     def _count(self, kind: str) -> None:
         if self.metrics is not None:
             self.metrics.actions_total.labels(kind=kind).inc()
-
-    # ------------------------------------------------------------------ API helpers
-    def cluster_view(self) -> dict:
-        with self._lock:
-            used, nodes = self.state.used, []
-            for i, name in enumerate(self.cluster.node_names):
-                cap = self.cluster.capacity[i]
-                jobs = [jid for jid, js in self.state.running.items() if i in js.allocation.nodes]
-                jobs += [f"{jid} (held)" for jid, js in self.state.holding.items() if i in js.held.nodes]
-                nodes.append({"name": name, "gpus": float(cap[0]), "cpus": float(cap[1]), "mem_gb": float(cap[2]),
-                              "used_gpus": float(used[i, 0]), "used_cpus": float(used[i, 1]),
-                              "used_mem_gb": float(used[i, 2]), "jobs": jobs})
-            return {"nodes": nodes, "policy": self.policy.name, "backend": self.backend.name,
-                    "decisions": self.decisions, "last_error": self.last_error}
-
-    def admission_problems(self, job: TrainJob) -> list[tuple[str, str]]:
-        """Why `job` may not be admitted to this cluster ([] when it may): asked by the API at submit."""
-        return admission_problems(job, self.cluster)
-
-    def job_dir(self, job_id: str) -> Path:
-        """Where the job's checkpoints and progress live (what `DELETE /jobs/{id}?purge=true` removes)."""
-        return self.record.job_dir(job_id)
-
-    def health(self) -> str:
-        """"" when the last decision succeeded, else why it failed."""
-        return self.last_error
-
-    def idle(self) -> bool:
-        """No job waiting or running (what a batch run waits for)."""
-        with self._lock:
-            return not (self.state.pending or self.state.running or self.backing_off)
 
     def shutdown(self, stop_jobs: bool = True) -> None:
         """Stop the running jobs (checkpointing; they resume when the service starts again) or
