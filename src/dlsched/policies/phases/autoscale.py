@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Iterator
 
 from dlsched.core.errors import ConfigError
@@ -49,6 +50,7 @@ from dlsched.policies.phases.sizing import ps_for
 INITIAL = ("predict", "default")
 #: `wake_at` asks for a call this long after a job's prediction point, so the job is ready then.
 WAKE_AFTER = 1e-6
+_RANK = attrgetter("rank")
 
 
 def ps_steps_shrink(spec: JobSpec, workers: int, ps: int) -> Iterator[tuple[int, int]]:
@@ -82,6 +84,7 @@ class Autoscaler:
     last_reason: dict[str, str] = field(default_factory=dict)
     _ready: dict[str, tuple] = field(default_factory=dict)  # job -> (last_start, rate, resume_at) seen ready
     _default: dict[str, tuple[int, int]] = field(default_factory=dict)  # waiting job -> its fixed start size
+    _scanned: tuple = field(default=(None, None), repr=False)  # (snapshot, `_scan`'s answer for it)
 
     def __post_init__(self) -> None:
         if not self.c > 0:
@@ -105,23 +108,43 @@ class Autoscaler:
         self.last_reason.clear()
         self._ready.clear()
         self._default.clear()
+        self._scanned = (None, None)
 
     def wake_at(self, snap: Snapshot) -> float | None:
         """When the next running job reaches its prediction point, so the autoscaler acts then
         and not up to a whole interval later (a live controller would watch the step counter)."""
+        return self._scan(snap)[0]
+
+    def record_ready(self, snap: Snapshot) -> None:
+        """Make the prediction record `size` would make, for a caller that does not size running
+        jobs (while none can grow, their size is their current one): the running jobs that
+        reached their prediction point since the last scan, in rank order as `size` meets them.
+        Why it suffices: every full call scans, and `size` records a job on the call its scan
+        first finds it ready, so a job not found newly ready already has its record or is not ready."""
+        for job in sorted(self._scan(snap)[1], key=_RANK):
+            self.grow(snap, job)
+
+    def _scan(self, snap: Snapshot) -> tuple[float | None, list[JobState]]:
+        """(next prediction point + `WAKE_AFTER`, running jobs found ready for the first time),
+        once per snapshot: one pass over the running jobs serves `record_ready` and `wake_at`."""
+        if self._scanned[0] is snap:
+            return self._scanned[1]
         pred = self.finish.predictor
-        times = []
+        times, newly = [], []
         ready = self._ready
         for j in snap.running:
             # a run that was ready stays so while its rate and pause are unchanged (steps only grow)
             if j.rate > 0 and ready.get(j.job_id) != (j.last_start, j.rate, j.resume_at):
                 if pred.ready(j, snap.now):
                     ready[j.job_id] = (j.last_start, j.rate, j.resume_at)
+                    newly.append(j)
                     continue
                 steps = float(j.spec.extra.get("min_predict_steps", pred.default_min_steps))
                 times.append(j.resume_at + steps / j.rate + WAKE_AFTER)
         later = [t for t in times if t > snap.now]
-        return min(later) if later else None
+        out = (min(later) if later else None, newly)
+        self._scanned = (snap, out)
+        return out
 
     def size(self, snap: Snapshot, jobs: list[JobState]) -> list[tuple[JobState, int, int]]:
         out = []

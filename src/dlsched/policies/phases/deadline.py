@@ -26,6 +26,7 @@ from typing import Callable
 import numpy as np
 
 from dlsched.core.errors import ConfigError
+from dlsched.core.job import JobSpec
 from dlsched.core.snapshot import JobState, JobStatus, Snapshot
 from dlsched.estimators.completion_predictor import CompletionPredictor
 from dlsched.estimators.speed_model import SpeedPool
@@ -55,20 +56,18 @@ def candidate_sizes(lo: int, hi: int) -> list[int]:
     return sorted(sizes)
 
 
-class DeadlineJobs:
-    """Ids of the jobs in the system that have a deadline, kept from the snapshot's deltas.
+class JobsWith:
+    """Ids of the jobs in the system whose spec has a property (`has`), kept from the snapshot's
+    deltas. Call `observe` on every call that sees deltas (the first one sees every job)."""
 
-    Why: with none, every deadline phase gives the same answer at any time (nothing to judge,
-    EDF is arrival order, nothing grows), so a call may skip their per-job work. Call `observe`
-    on every call that sees deltas (the first one sees every job)."""
-
-    def __init__(self) -> None:
+    def __init__(self, has: Callable[[JobSpec], bool]) -> None:
+        self.has = has
         self.ids: set[str] = set()
         self._first = True
 
     def observe(self, snap: Snapshot) -> None:
         for j in (snap.running + snap.pending) if self._first else snap.arrived:
-            if j.spec.deadline is not None:
+            if self.has(j.spec):
                 self.ids.add(j.job_id)
         for j in snap.finished:
             self.ids.discard(j.job_id)
@@ -81,6 +80,20 @@ class DeadlineJobs:
     def reset(self) -> None:
         self.ids.clear()
         self._first = True
+
+
+def _has_deadline(spec: JobSpec) -> bool:
+    return spec.deadline is not None
+
+
+class DeadlineJobs(JobsWith):
+    """The jobs in the system that have a deadline.
+
+    Why: with none, every deadline phase gives the same answer at any time (nothing to judge,
+    EDF is arrival order, nothing grows), so a call may skip their per-job work."""
+
+    def __init__(self) -> None:
+        super().__init__(_has_deadline)
 
 
 @dataclass(eq=False)
