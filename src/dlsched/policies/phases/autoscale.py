@@ -45,6 +45,7 @@ from dlsched.core.job import JobSpec
 from dlsched.core.snapshot import JobState, JobStatus, Snapshot
 from dlsched.estimators.completion_predictor import CompletionPredictor, Prediction
 from dlsched.policies.phases.deadline import EarliestFinish
+from dlsched.policies.phases.records import PredictionRecord, Records
 from dlsched.policies.phases.sizing import ps_for
 
 INITIAL = ("predict", "default")
@@ -60,17 +61,6 @@ def ps_steps_shrink(spec: JobSpec, workers: int, ps: int) -> Iterator[tuple[int,
         yield w, ps_for(spec, w)
 
 
-@dataclass(frozen=True)
-class PredictionRecord:
-    """A prediction made at a job's prediction point in one configuration (for error reports)."""
-
-    job_id: str
-    made_at: float
-    workers: int
-    ps: int
-    prediction: Prediction
-
-
 @dataclass(eq=False)
 class Autoscaler:
     """Sizing phase (see the module docstring). `c` is the default calibration constant; a job's
@@ -80,7 +70,7 @@ class Autoscaler:
     c: float = 1.0
     initial: str = "predict"
     scale: bool = True
-    predictions: dict[tuple[str, float], PredictionRecord] = field(default_factory=dict)
+    records: Records = field(default_factory=Records)  # read them through `predictions`
     last_reason: dict[str, str] = field(default_factory=dict)
     _ready: dict[str, tuple] = field(default_factory=dict)  # job -> (last_start, rate, resume_at) seen ready
     _default: dict[str, tuple[int, int]] = field(default_factory=dict)  # waiting job -> its fixed start size
@@ -91,6 +81,11 @@ class Autoscaler:
             raise ConfigError(f"autoscaler: c must be > 0, got {self.c}")
         if self.initial not in INITIAL:
             raise ConfigError(f"autoscaler: initial must be one of {', '.join(INITIAL)}, got {self.initial!r}")
+
+    @property
+    def predictions(self) -> dict[tuple[str, float], PredictionRecord]:
+        """Each run's prediction record by (job id, run start), in the order they were made."""
+        return self.records.all()
 
     def observe(self, snap: Snapshot) -> None:
         self.finish.observe(snap)
@@ -104,7 +99,7 @@ class Autoscaler:
         old = self.finish.speeds
         self.finish.speeds = type(old)(old.alpha, old.beta, old.sized)
         self.finish.deadlines.reset()  # in place: the ordering shares it
-        self.predictions.clear()
+        self.records.clear()
         self.last_reason.clear()
         self._ready.clear()
         self._default.clear()
@@ -187,15 +182,20 @@ class Autoscaler:
         d = spec.deadline
         may_grow = self.scale and d is not None and n < spec.max_workers
         key = (job.job_id, float(job.last_start or 0.0))
-        if not may_grow and key in self.predictions:
+        records, predictor = self.records, self.finish.predictor
+        if not may_grow and key in records:
             # settled: it keeps its size and its run's prediction record is made, so a prediction
             # would feed nothing (on rigid jobs without deadlines, Philly: every running job, every call)
             return n
-        pred = self.finish.predictor.predict(job, snap.now)
+        if d is None:  # predicted only for its record: made when the records are read
+            if predictor.ready(job, snap.now) and job.rate * predictor.theta > 0:
+                records.defer(key, predictor, job, snap.now)
+            return n
+        pred = predictor.predict(job, snap.now)
         if pred is None:
             return n  # before the prediction point
-        if key not in self.predictions:
-            self.predictions[key] = PredictionRecord(job.job_id, snap.now, n, job.num_ps, pred)
+        if key not in records:
+            records.add(key, PredictionRecord(job.job_id, snap.now, n, job.num_ps, pred))
         target = self._to_meet(snap, job, pred) if may_grow and pred.time > d else n
         if target <= n:
             return n
