@@ -34,6 +34,7 @@ from dlsched.policies.phases.sizing import ps_for
 
 MODES = ("reject", "deprioritise")
 _RANK = attrgetter("rank")
+_VERSION = attrgetter("version")
 #: Remaining-work sources about the job itself, the only ones a rejection may rest on.
 JUDGED = ("known", "oracle", "fit")
 
@@ -109,15 +110,33 @@ class EarliestFinish:
     # job both run 1 iteration/s at their requested sizes): `profile_key`'s `sized`
     speeds: SpeedPool = field(default_factory=lambda: SpeedPool(sized=True))
     deadlines: DeadlineJobs = field(default_factory=DeadlineJobs)
+    # running job -> the version `speeds` last learnt from (it skips a job at a version it saw)
+    _seen: dict[JobState, int] = field(default_factory=dict, repr=False)
+
+    def forget_seen(self) -> None:
+        """`speeds` was replaced: it has seen nothing."""
+        self._seen.clear()
 
     def observe(self, snap: Snapshot) -> None:
         """Merge new measured speeds and finished jobs' totals, from what changed only: a rate is
         measured while a job runs (a job stopped since the last call is in `snap.stopped`), and a
         job's total becomes history when it leaves (`snap.finished`); waiting jobs add nothing."""
-        for j in snap.running:
-            self.speeds.observe(j)
+        running, seen = snap.running, self._seen
+        # the pool learns from a job only at a version it has not seen with rates (a start or a
+        # resize bumps it): find those by one set difference instead of one call per running job,
+        # then tell the pool in `snap.running` order as before (its sums are floats)
+        changed = dict(zip(running, map(_VERSION, running))).items() - seen.items()
+        if changed:
+            at = dict(zip(running, range(len(running))))
+            for j, version in sorted(changed, key=lambda item: at[item[0]]):
+                self.speeds.observe(j)
+                if j.observed_rates:
+                    seen[j] = version
         for j in snap.stopped:
             self.speeds.observe(j)
+            seen.pop(j, None)
+        for j in snap.finished:
+            seen.pop(j, None)
         self.predictor.observe(list(snap.finished))
         self.deadlines.observe(snap)
 
