@@ -102,10 +102,14 @@ class CompletionPredictor:
         est = self.remaining(job)
         if pause is None:
             pause = max(0.0, job.resume_at - now) if job.status is JobStatus.RUNNING else 0.0
-        start = now + pause
-        rem = est.remaining / rate
-        return Prediction(
-            time=start + rem, low=start + est.low / rate,
-            high=start + est.high / rate if math.isfinite(est.high) else math.inf,
-            remaining_time=rem, rate=rate, source=est.source,
-        )
+        return prediction_at(est, now + pause, rate)
+
+
+def prediction_at(est: Estimate, start: float, rate: float) -> Prediction:
+    """The completion of `est` remaining iterations stepped at `rate` (> 0) from `start`."""
+    rem = est.remaining / rate
+    return Prediction(
+        time=start + rem, low=start + est.low / rate,
+        high=start + est.high / rate if math.isfinite(est.high) else math.inf,
+        remaining_time=rem, rate=rate, source=est.source,
+    )

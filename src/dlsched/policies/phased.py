@@ -81,6 +81,11 @@ class PhasedPolicy(Policy):
         for p in self._resets:
             p.reset()
 
+    def forget(self) -> None:
+        """Drop the kept line: another policy planned meanwhile (its plans are not in the book),
+        so the next call rebuilds it from the snapshot."""
+        self._book = None
+
     def schedule(self, snap: Snapshot) -> Plan:
 
         for p in self._observers:

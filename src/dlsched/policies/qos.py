@@ -41,18 +41,21 @@ from __future__ import annotations
 from operator import attrgetter
 
 from dlsched.core.cluster import Cluster
+from dlsched.core.job import JobSpec
 from dlsched.core.errors import ConfigError
 from dlsched.core.plan import Plan
 from dlsched.core.policy import Admission, Every, Ordering, Policy, Wrapper
-from dlsched.core.snapshot import Snapshot
+from dlsched.core.snapshot import JobState, Snapshot
 from dlsched.policies.phased import PhasedPolicy
 from dlsched.estimators.completion_predictor import DEFAULT_MIN_STEPS, CompletionPredictor
 from dlsched.policies.phases.autoscale import WAKE_AFTER, Autoscaler, ps_steps_shrink
 from dlsched.policies.phases.deadline import (
-    MODES, DeadlineFeasibility, DeadlineJobs, EarliestDeadline, EarliestFinish,
+    MODES, DeadlineFeasibility, DeadlineJobs, EarliestDeadline, EarliestFinish, JobsWith,
 )
 from dlsched.policies.phases.ordering import ByArrival
 from dlsched.policies.phases.placement import PLACEMENTS
+from dlsched.policies.phases.realise import ShrinkRule
+from dlsched.policies.phases.sizing import ps_for
 
 
 _VERSION, _RATE = attrgetter("version"), attrgetter("rate")
@@ -97,15 +100,77 @@ class QuietTicks(Wrapper):
         return plan
 
 
+class AsRequested:
+    """The autoscaler seen job by job, while no job in the system has a deadline and none could
+    start smaller than it asked: a waiting job's size is its requested one (`Autoscaler.size`,
+    cached per job), a running job keeps its size; the autoscaler still observes every call,
+    records each run's prediction at its prediction point and sets the wake-up."""
+
+    def __init__(self, autoscaler: Autoscaler):
+        self.autoscaler = autoscaler
+
+    def observe(self, snap: Snapshot) -> None:
+        self.autoscaler.observe(snap)
+        self.autoscaler.record_ready(snap)
+
+    def size_one(self, snap: Snapshot, job: JobState) -> tuple[int, int]:
+        (_, w, ps), = self.autoscaler.size(snap, [job])
+        return w, ps
+
+    def wake_at(self, snap: Snapshot) -> float | None:
+        return self.autoscaler.wake_at(snap)
+
+
+class PlainLine(Wrapper):
+    """While no job in the system has a deadline and none could start smaller than it asked, the
+    phases are a plain waiting line: admission admits everyone, EDF is arrival order (and so is
+    `kube_autoscale`'s), the autoscaler keeps every size (a waiting job's requested size, a running
+    job's own), and the shrink rule offers nothing. That is `PhasedPolicy`'s incremental case, so
+    such a call takes it (`line`, a `PhasedPolicy` over `AsRequested`): a waiting line kept across
+    calls and walked only for sizes that fit, instead of sorting, sizing and offering every job
+    on every call (on Philly, no deadlines and rigid jobs, that was the whole run). Any other call
+    runs the phases (`inner`), and the line is rebuilt from the snapshot when next taken.
+    """
+
+    def __init__(self, inner: PhasedPolicy, autoscaler: Autoscaler):
+        super().__init__(inner)
+        self.line = PhasedPolicy(
+            admission=None, ordering=ByArrival(), sizing=AsRequested(autoscaler), placement=inner.placement,
+            name=inner.name, preempt=inner.preempt, backfill=inner.backfill,
+        )
+        shrink = inner.shrink
+        # jobs that keep the phases from being a plain line: a deadline, or a smaller size to try
+        self._odd = JobsWith(lambda spec: spec.deadline is not None or _can_shrink(spec, shrink))
+
+    def reset(self, cluster: Cluster, seed: int) -> None:
+        self._odd.reset()
+        self.line.reset(cluster, seed)
+        super().reset(cluster, seed)
+
+    def schedule(self, snap: Snapshot) -> Plan:
+        self._odd.observe(snap)
+        if self._odd.none():
+            return self.line.schedule(snap)
+        self.line.forget()  # its book does not follow the phases' plans
+        return self.inner.schedule(snap)
+
+
+def _can_shrink(spec: JobSpec, shrink: ShrinkRule) -> bool:
+    """Could the realiser offer the job smaller than its requested size? (its size without a deadline)"""
+    w = max(spec.min_workers, min(spec.num_workers, spec.max_workers))
+    return next(iter(shrink(spec, w, ps_for(spec, w))), None) is not None
+
+
 def _compose(admission: Admission | None, ordering: Ordering, sizing: Autoscaler, placement: str, name: str,
              interval: float | None, preempt: str = "none") -> Policy:
-    """admission → ordering → autoscaler → realise, running jobs growing (in place with "none")."""
+    """admission → ordering → autoscaler → realise, running jobs growing (in place with "none");
+    a plain line while nothing needs the phases (`PlainLine`), quiet ticks answered at once."""
     if placement not in PLACEMENTS:
         raise ConfigError(f"unknown placement {placement!r}; known: {', '.join(PLACEMENTS)}")
-    pol = PhasedPolicy(
+    pol = PlainLine(PhasedPolicy(
         admission=admission, ordering=ordering, sizing=sizing, placement=PLACEMENTS[placement], name=name,
         preempt=preempt, resize=True, backfill=True, shrink=ps_steps_shrink,
-    )
+    ), sizing)
     return Every(QuietTicks(pol, sizing.finish.deadlines), interval) if interval is not None else pol
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Iterator
 
 from dlsched.core.errors import ConfigError
@@ -44,11 +45,14 @@ from dlsched.core.job import JobSpec
 from dlsched.core.snapshot import JobState, JobStatus, Snapshot
 from dlsched.estimators.completion_predictor import CompletionPredictor, Prediction
 from dlsched.policies.phases.deadline import EarliestFinish
+from dlsched.policies.phases.records import PredictionRecord, Records
 from dlsched.policies.phases.sizing import ps_for
 
 INITIAL = ("predict", "default")
 #: `wake_at` asks for a call this long after a job's prediction point, so the job is ready then.
 WAKE_AFTER = 1e-6
+_RANK = attrgetter("rank")
+_RUN = attrgetter("last_start", "rate", "resume_at")  # a run's readiness changes only with these
 
 
 def ps_steps_shrink(spec: JobSpec, workers: int, ps: int) -> Iterator[tuple[int, int]]:
@@ -56,17 +60,6 @@ def ps_steps_shrink(spec: JobSpec, workers: int, ps: int) -> Iterator[tuple[int,
     scaling table (`ps_for`)."""
     for w in range(workers - 1, spec.min_workers - 1, -1):
         yield w, ps_for(spec, w)
-
-
-@dataclass(frozen=True)
-class PredictionRecord:
-    """A prediction made at a job's prediction point in one configuration (for error reports)."""
-
-    job_id: str
-    made_at: float
-    workers: int
-    ps: int
-    prediction: Prediction
 
 
 @dataclass(eq=False)
@@ -78,10 +71,11 @@ class Autoscaler:
     c: float = 1.0
     initial: str = "predict"
     scale: bool = True
-    predictions: dict[tuple[str, float], PredictionRecord] = field(default_factory=dict)
+    records: Records = field(default_factory=Records)  # read them through `predictions`
     last_reason: dict[str, str] = field(default_factory=dict)
-    _ready: dict[str, tuple] = field(default_factory=dict)  # job -> (last_start, rate, resume_at) seen ready
+    _ready: dict[JobState, tuple] = field(default_factory=dict)  # job -> (last_start, rate, resume_at) seen ready
     _default: dict[str, tuple[int, int]] = field(default_factory=dict)  # waiting job -> its fixed start size
+    _scanned: tuple = field(default=(None, None), repr=False)  # (snapshot, `_scan`'s answer for it)
 
     def __post_init__(self) -> None:
         if not self.c > 0:
@@ -89,10 +83,15 @@ class Autoscaler:
         if self.initial not in INITIAL:
             raise ConfigError(f"autoscaler: initial must be one of {', '.join(INITIAL)}, got {self.initial!r}")
 
+    @property
+    def predictions(self) -> dict[tuple[str, float], PredictionRecord]:
+        """Each run's prediction record by (job id, run start), in the order they were made."""
+        return self.records.all()
+
     def observe(self, snap: Snapshot) -> None:
         self.finish.observe(snap)
         for j in snap.finished:
-            self._ready.pop(j.job_id, None)
+            self._ready.pop(j, None)
             self._default.pop(j.job_id, None)
 
     def reset(self) -> None:
@@ -100,28 +99,52 @@ class Autoscaler:
         self.finish.predictor = CompletionPredictor(pred.default_min_steps, pred.theta)
         old = self.finish.speeds
         self.finish.speeds = type(old)(old.alpha, old.beta, old.sized)
+        self.finish.forget_seen()
         self.finish.deadlines.reset()  # in place: the ordering shares it
-        self.predictions.clear()
+        self.records.clear()
         self.last_reason.clear()
         self._ready.clear()
         self._default.clear()
+        self._scanned = (None, None)
 
     def wake_at(self, snap: Snapshot) -> float | None:
         """When the next running job reaches its prediction point, so the autoscaler acts then
         and not up to a whole interval later (a live controller would watch the step counter)."""
+        return self._scan(snap)[0]
+
+    def record_ready(self, snap: Snapshot) -> None:
+        """Make the prediction record `size` would make, for a caller that does not size running
+        jobs (while none can grow, their size is their current one): the running jobs that
+        reached their prediction point since the last scan, in rank order as `size` meets them.
+        Why it suffices: every full call scans, and `size` records a job on the call its scan
+        first finds it ready, so a job not found newly ready already has its record or is not ready."""
+        for job in sorted(self._scan(snap)[1], key=_RANK):
+            self.grow(snap, job)
+
+    def _scan(self, snap: Snapshot) -> tuple[float | None, list[JobState]]:
+        """(next prediction point + `WAKE_AFTER`, running jobs found ready for the first time),
+        once per snapshot: one pass over the running jobs serves `record_ready` and `wake_at`."""
+        if self._scanned[0] is snap:
+            return self._scanned[1]
         pred = self.finish.predictor
-        times = []
+        times, newly = [], []
         ready = self._ready
-        for j in snap.running:
-            # a run that was ready stays so while its rate and pause are unchanged (steps only grow)
-            if j.rate > 0 and ready.get(j.job_id) != (j.last_start, j.rate, j.resume_at):
+        running = snap.running
+        # a run that was ready stays so while its start, rate and pause are unchanged (steps only
+        # grow): only the others are looked at, found by one set difference (C speed, not one
+        # Python step per running job; min and a rank sort make the iteration order irrelevant)
+        for j, seen in dict(zip(running, map(_RUN, running))).items() - ready.items():
+            if j.rate > 0:
                 if pred.ready(j, snap.now):
-                    ready[j.job_id] = (j.last_start, j.rate, j.resume_at)
+                    ready[j] = seen
+                    newly.append(j)
                     continue
                 steps = float(j.spec.extra.get("min_predict_steps", pred.default_min_steps))
                 times.append(j.resume_at + steps / j.rate + WAKE_AFTER)
         later = [t for t in times if t > snap.now]
-        return min(later) if later else None
+        out = (min(later) if later else None, newly)
+        self._scanned = (snap, out)
+        return out
 
     def size(self, snap: Snapshot, jobs: list[JobState]) -> list[tuple[JobState, int, int]]:
         out = []
@@ -164,15 +187,20 @@ class Autoscaler:
         d = spec.deadline
         may_grow = self.scale and d is not None and n < spec.max_workers
         key = (job.job_id, float(job.last_start or 0.0))
-        if not may_grow and key in self.predictions:
+        records, predictor = self.records, self.finish.predictor
+        if not may_grow and key in records:
             # settled: it keeps its size and its run's prediction record is made, so a prediction
             # would feed nothing (on rigid jobs without deadlines, Philly: every running job, every call)
             return n
-        pred = self.finish.predictor.predict(job, snap.now)
+        if d is None:  # predicted only for its record: made when the records are read
+            if predictor.ready(job, snap.now) and job.rate * predictor.theta > 0:
+                records.defer(key, predictor, job, snap.now)
+            return n
+        pred = predictor.predict(job, snap.now)
         if pred is None:
             return n  # before the prediction point
-        if key not in self.predictions:
-            self.predictions[key] = PredictionRecord(job.job_id, snap.now, n, job.num_ps, pred)
+        if key not in records:
+            records.add(key, PredictionRecord(job.job_id, snap.now, n, job.num_ps, pred))
         target = self._to_meet(snap, job, pred) if may_grow and pred.time > d else n
         if target <= n:
             return n

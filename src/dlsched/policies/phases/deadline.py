@@ -26,6 +26,7 @@ from typing import Callable
 import numpy as np
 
 from dlsched.core.errors import ConfigError
+from dlsched.core.job import JobSpec
 from dlsched.core.snapshot import JobState, JobStatus, Snapshot
 from dlsched.estimators.completion_predictor import CompletionPredictor
 from dlsched.estimators.speed_model import SpeedPool
@@ -33,6 +34,7 @@ from dlsched.policies.phases.sizing import ps_for
 
 MODES = ("reject", "deprioritise")
 _RANK = attrgetter("rank")
+_VERSION = attrgetter("version")
 #: Remaining-work sources about the job itself, the only ones a rejection may rest on.
 JUDGED = ("known", "oracle", "fit")
 
@@ -55,20 +57,18 @@ def candidate_sizes(lo: int, hi: int) -> list[int]:
     return sorted(sizes)
 
 
-class DeadlineJobs:
-    """Ids of the jobs in the system that have a deadline, kept from the snapshot's deltas.
+class JobsWith:
+    """Ids of the jobs in the system whose spec has a property (`has`), kept from the snapshot's
+    deltas. Call `observe` on every call that sees deltas (the first one sees every job)."""
 
-    Why: with none, every deadline phase gives the same answer at any time (nothing to judge,
-    EDF is arrival order, nothing grows), so a call may skip their per-job work. Call `observe`
-    on every call that sees deltas (the first one sees every job)."""
-
-    def __init__(self) -> None:
+    def __init__(self, has: Callable[[JobSpec], bool]) -> None:
+        self.has = has
         self.ids: set[str] = set()
         self._first = True
 
     def observe(self, snap: Snapshot) -> None:
         for j in (snap.running + snap.pending) if self._first else snap.arrived:
-            if j.spec.deadline is not None:
+            if self.has(j.spec):
                 self.ids.add(j.job_id)
         for j in snap.finished:
             self.ids.discard(j.job_id)
@@ -81,6 +81,20 @@ class DeadlineJobs:
     def reset(self) -> None:
         self.ids.clear()
         self._first = True
+
+
+def _has_deadline(spec: JobSpec) -> bool:
+    return spec.deadline is not None
+
+
+class DeadlineJobs(JobsWith):
+    """The jobs in the system that have a deadline.
+
+    Why: with none, every deadline phase gives the same answer at any time (nothing to judge,
+    EDF is arrival order, nothing grows), so a call may skip their per-job work."""
+
+    def __init__(self) -> None:
+        super().__init__(_has_deadline)
 
 
 @dataclass(eq=False)
@@ -96,15 +110,33 @@ class EarliestFinish:
     # job both run 1 iteration/s at their requested sizes): `profile_key`'s `sized`
     speeds: SpeedPool = field(default_factory=lambda: SpeedPool(sized=True))
     deadlines: DeadlineJobs = field(default_factory=DeadlineJobs)
+    # running job -> the version `speeds` last learnt from (it skips a job at a version it saw)
+    _seen: dict[JobState, int] = field(default_factory=dict, repr=False)
+
+    def forget_seen(self) -> None:
+        """`speeds` was replaced: it has seen nothing."""
+        self._seen.clear()
 
     def observe(self, snap: Snapshot) -> None:
         """Merge new measured speeds and finished jobs' totals, from what changed only: a rate is
         measured while a job runs (a job stopped since the last call is in `snap.stopped`), and a
         job's total becomes history when it leaves (`snap.finished`); waiting jobs add nothing."""
-        for j in snap.running:
-            self.speeds.observe(j)
+        running, seen = snap.running, self._seen
+        # the pool learns from a job only at a version it has not seen with rates (a start or a
+        # resize bumps it): find those by one set difference instead of one call per running job,
+        # then tell the pool in `snap.running` order as before (its sums are floats)
+        changed = dict(zip(running, map(_VERSION, running))).items() - seen.items()
+        if changed:
+            at = dict(zip(running, range(len(running))))
+            for j, version in sorted(changed, key=lambda item: at[item[0]]):
+                self.speeds.observe(j)
+                if j.observed_rates:
+                    seen[j] = version
         for j in snap.stopped:
             self.speeds.observe(j)
+            seen.pop(j, None)
+        for j in snap.finished:
+            seen.pop(j, None)
         self.predictor.observe(list(snap.finished))
         self.deadlines.observe(snap)
 
