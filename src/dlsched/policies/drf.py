@@ -38,6 +38,90 @@ from dlsched.policies.phases.realise import Realiser
 from dlsched.policies.phases.sizing import DominantShareFilling
 
 
+class FillingLine:
+    """Every job in the system in filling order (share, submit time, index, job id), with each
+    one's unit (GPU, CPU, memory), whether it waits, and the running sums of the units.
+
+    The arrays keep spare room at the end, so an arrival or a completion shifts the tail in place
+    (one slice copy) instead of reallocating as `np.insert`/`np.delete` do: at the few hundred jobs
+    a Philly decision sees, their fixed cost was most of the incremental path's. The running sums
+    are recomputed lazily, only from the first position changed since they were last read, and
+    only when the filling needs them (a change behind the first unit that misses cannot move it):
+    they add in the same order as one `cumsum` from the start, so they are the same floats."""
+
+    def __init__(self) -> None:
+        self.keys: list[tuple] = []  # (share, submit time, index, job id), sorted
+        self.jobs: list[JobState] = []  # in the same order
+        self.need = np.zeros((3, 64))  # column i: job i's unit; rows contiguous for searchsorted
+        self.used = np.zeros((3, 64))  # column i: the units of jobs 0..i summed
+        self.waits = np.zeros(64, dtype=bool)
+        self.waiting = 0  # how many wait
+        self.smallest = math.inf  # GPUs of the smallest unit (at most): below it nothing more fits
+        self._valid = 0  # used[:, :_valid] is current
+        self._first: int | None = None  # first position whose sums exceed `_total` (None: unknown)
+        self._total: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def find(self, key: tuple) -> int | None:
+        """Position of the job with this key, None if absent."""
+        i = bisect_left(self.keys, key)
+        return i if i < len(self.keys) and self.keys[i][3] == key[3] else None
+
+    def insert(self, key: tuple, job: JobState, need: tuple, waits: bool) -> None:
+        n = len(self.keys)
+        if n == self.waits.shape[0]:
+            self.need, self.used = (np.concatenate([a, np.zeros_like(a)], axis=1) for a in (self.need, self.used))
+            self.waits = np.concatenate([self.waits, np.zeros_like(self.waits)])
+        i = bisect_left(self.keys, key)
+        self.keys.insert(i, key)
+        self.jobs.insert(i, job)
+        self.need[:, i + 1:n + 1] = self.need[:, i:n]
+        self.need[:, i] = need
+        self.waits[i + 1:n + 1] = self.waits[i:n]
+        self.waits[i] = waits
+        self.waiting += waits
+        self.smallest = min(self.smallest, need[0])
+        self._changed(i)
+
+    def delete(self, i: int) -> None:
+        n = len(self.keys)
+        del self.keys[i], self.jobs[i]
+        self.waiting -= bool(self.waits[i])
+        self.need[:, i:n - 1] = self.need[:, i + 1:n]
+        self.waits[i:n - 1] = self.waits[i + 1:n]
+        self._changed(i)
+
+    def set_waits(self, i: int, waits: bool) -> None:
+        self.waiting += int(waits) - int(self.waits[i])
+        self.waits[i] = waits
+
+    def _changed(self, i: int) -> None:
+        self._valid = min(self._valid, i)
+        if self._first is not None and i <= self._first:
+            self._first = None
+
+    def first_miss(self, total: np.ndarray) -> int:
+        """The first position whose running sums exceed `total` in some resource (len if none):
+        every job before it is granted by the filling, it is not."""
+        if self._first is not None and total is self._total:
+            return self._first
+        n, v = len(self.keys), self._valid
+        if v < n:
+            if v == 0:
+                np.cumsum(self.need[:, :n], axis=1, out=self.used[:, :n])
+            else:  # the sum before v, then the units from v on: the same additions in the same order
+                part = self.used[:, v - 1:n]
+                part[:, 1:] = self.need[:, v:n]
+                np.cumsum(part, axis=1, out=part)
+            self._valid = n
+        used = self.used
+        self._first = min(int(used[r, :n].searchsorted(total[r], "right")) for r in range(3))
+        self._total = total
+        return self._first
+
+
 @dataclass(eq=False)
 class Drf(PhasedPolicy):
     """DRF as a `PhasedPolicy`, with an incremental path for the common case: every job rigid,
@@ -45,13 +129,13 @@ class Drf(PhasedPolicy):
 
     Then a job's only unit is fixed, so the progressive filling is one pass over all jobs in
     (share, arrival) order granting each unit that still fits the cluster's total. The jobs stay in
-    that order across calls (kept up by the snapshot's deltas), with their units and whether they
-    wait in NumPy arrays: the granted prefix is where the running sums of the units first exceed
-    the total, and the few jobs granted after it are found by vectorised scans of the rest. The
-    realisation is the phased one's: granted running jobs keep their nodes, running jobs not
-    granted stop, granted waiting jobs are placed in that order in what is free (a rigid job
-    cannot shrink, and nothing ranks below a kept job). Same plans, less work (up to float
-    rounding inside the 1e-9 tolerance both use); any other case takes the phased path."""
+    that order across calls (a `FillingLine`, kept up by the snapshot's deltas): the granted prefix
+    is where the running sums of the units first exceed the total, and the few jobs granted after
+    it are found by vectorised scans of the rest. The realisation is the phased one's: granted
+    running jobs keep their nodes, running jobs not granted stop, granted waiting jobs are placed
+    in that order in what is free (a rigid job cannot shrink, and nothing ranks below a kept job).
+    Same plans, less work (up to float rounding inside the 1e-9 tolerance both use); any other
+    case takes the phased path."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -59,11 +143,8 @@ class Drf(PhasedPolicy):
 
     def reset(self, cluster: Cluster, seed: int) -> None:
         super().reset(cluster, seed)
-        # every job in the system, in filling order: (share, submit time, index, job id, job)
-        self._order: list[tuple] | None = None
-        self._need = np.zeros((0, 3))  # each job's unit (GPU, CPU, memory), in that order
-        self._waits = np.zeros(0, dtype=bool)  # whether it waits, in that order
-        self._smallest = 0.0  # GPUs of the smallest unit (at most): below it nothing more fits
+        self._line: FillingLine | None = None
+        self._total: tuple[Cluster | None, np.ndarray] = (None, np.zeros(3))  # a cluster's total + 1e-9
         self._fast = not self.sizing.stop_at_first_failure and self.sizing.share_by == "job"  # type: ignore[attr-defined]
 
     def schedule(self, snap: Snapshot) -> Plan:
@@ -74,25 +155,23 @@ class Drf(PhasedPolicy):
     def _follow(self, snap: Snapshot) -> bool:
         """Keep every job in the system in filling order; False (for good) once a job is
         elastic, or runs at another size than its own (adopted by a live service)."""
-        if self._order is not None:
+        line = self._line
+        if line is not None:
             for job in snap.arrived:
-                if not self._add(snap.cluster, job):
+                if not self._add(line, snap.cluster, job):
                     return False
             for job in snap.stopped:
-                if (i := self._find(snap.cluster, job)) is not None:
-                    self._waits[i] = True
+                if (i := line.find(self._key(snap.cluster, job))) is not None:
+                    line.set_waits(i, True)
             for job in snap.finished:
-                if (i := self._find(snap.cluster, job)) is not None:
-                    del self._order[i]
-                    self._need = np.delete(self._need, i, axis=0)
-                    self._waits = np.delete(self._waits, i)
-        if (self._order is None or len(self._order) != snap.num_running + snap.num_pending
-                or int(self._waits.sum()) != snap.num_pending):
-            self._order, self._need, self._waits = [], np.zeros((0, 3)), np.zeros(0, dtype=bool)
-            self._smallest = math.inf
+                if (i := line.find(self._key(snap.cluster, job))) is not None:
+                    line.delete(i)
+        if (line is None or len(line) != snap.num_running + snap.num_pending
+                or line.waiting != snap.num_pending):
+            line = self._line = FillingLine()
             for job in (*snap.running, *snap.pending):
                 a = job.allocation
-                if not self._add(snap.cluster, job) or (
+                if not self._add(line, snap.cluster, job) or (
                         a is not None and (a.num_workers, a.num_ps) != (job.spec.num_workers, job.spec.num_ps)):
                     self._fast = False
                     return False
@@ -102,52 +181,51 @@ class Drf(PhasedPolicy):
         unit = self.sizing.first_unit(cluster, job.spec)  # type: ignore[attr-defined]
         return unit[0], job.spec.submit_time, job.index, job.job_id
 
-    def _find(self, cluster: Cluster, job: JobState) -> int | None:
-        i = bisect_left(self._order, self._key(cluster, job))  # type: ignore[arg-type]
-        return i if i < len(self._order) and self._order[i][3] == job.job_id else None  # type: ignore[arg-type]
-
-    def _add(self, cluster: Cluster, job: JobState) -> bool:
+    def _add(self, line: FillingLine, cluster: Cluster, job: JobState) -> bool:
         share, rigid, _, _, *need = self.sizing.first_unit(cluster, job.spec)  # type: ignore[attr-defined]
         if not rigid:
             self._fast = False
             return False
-        entry = (*self._key(cluster, job), job)
-        i = bisect_left(self._order, entry[:4])  # type: ignore[arg-type]
-        self._order.insert(i, entry)  # type: ignore[union-attr]
-        self._need = np.insert(self._need, i, need, axis=0)
-        self._waits = np.insert(self._waits, i, job.status is not JobStatus.RUNNING)
-        self._smallest = min(self._smallest, need[0])
+        line.insert((share, job.spec.submit_time, job.index, job.job_id), job, need,
+                    job.status is not JobStatus.RUNNING)
         return True
 
     def _fill(self, snap: Snapshot) -> Plan:
-        order, need, waits = self._order, self._need, self._waits
-        n = len(order)  # type: ignore[arg-type]
-        total = np.asarray(snap.cluster.total, dtype=float) + 1e-9
-        granted = np.zeros(n, dtype=bool)
-        if n:
-            used = np.cumsum(need, axis=0)  # each column non-decreasing: the granted prefix ends
-            f = min(int(np.searchsorted(used[:, r], total[r], "right")) for r in range(3))  # at the first miss
-            granted[:f] = True
-            left = total - used[f - 1] if f else total
+        line = self._line
+        assert line is not None
+        if self._total[0] is not snap.cluster:
+            self._total = (snap.cluster, np.asarray(snap.cluster.total, dtype=float) + 1e-9)
+        total = self._total[1]
+        n, need, waits = len(line), line.need, line.waits
+        f = line.first_miss(total)
+        after: list[int] = []  # granted after the first miss, in order
+        if f < n:
+            l0, l1, l2 = (total - line.used[:, f - 1]).tolist() if f else total.tolist()
             i = f + 1
-            while i < n and left[0] >= self._smallest:  # after it, the units that still fit, in order
-                later = (need[i:, 0] <= left[0]) & (need[i:, 1] <= left[1]) & (need[i:, 2] <= left[2])
-                j = int(np.argmax(later))
+            while i < n and l0 >= line.smallest:  # the units that still fit, in order
+                later = (need[0, i:n] <= l0) & (need[1, i:n] <= l1) & (need[2, i:n] <= l2)
+                j = int(later.argmax())
                 if not later[j]:
                     break
                 i += j
-                granted[i] = True
-                left = left - need[i]
+                after.append(i)
+                l0, l1, l2 = l0 - need[0, i], l1 - need[1, i], l2 - need[2, i]
                 i += 1
-        stop = [order[i][4] for i in np.flatnonzero(~granted & ~waits)]  # type: ignore[index]
-        free = np.array(snap.free, dtype=float)
-        for job in stop:
-            add_use(free, job.spec, job.allocation)
+        jobs = line.jobs
+        stop = [jobs[i] for i in (np.flatnonzero(~waits[f:n]) + f).tolist() if i not in after]
+        start = np.flatnonzero(waits[:f]).tolist() + [i for i in after if waits[i]]
+        if not start:
+            return Plan(keep_running=True, preempt={j.job_id for j in stop})
+        free = None
+        if stop:
+            free = np.array(snap.free, dtype=float)
+            for job in stop:
+                add_use(free, job.spec, job.allocation)
         r = Realiser(snap, self.placement, preempt="none", free=free)
-        for i in np.flatnonzero(granted & waits).tolist():
-            job = order[i][4]  # type: ignore[index]
+        for i in start:
+            job = jobs[i]
             if r.offer(job, job.spec.num_workers, job.spec.num_ps) is not None:
-                waits[i] = False  # runs once the plan is carried out (a refused plan: rebuilt next call)
+                line.set_waits(i, False)  # runs once the plan is carried out (a refused plan: rebuilt next call)
         return Plan(allocations=r.allocations, keep_running=True, preempt={j.job_id for j in stop})
 
 
