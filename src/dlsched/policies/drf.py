@@ -52,6 +52,7 @@ class FillingLine:
     def __init__(self) -> None:
         self.keys: list[tuple] = []  # (share, submit time, index, job id), sorted
         self.jobs: list[JobState] = []  # in the same order
+        self.units: list[tuple] = []  # each one's unit (GPU, CPU, memory), for scalar reads
         self.need = np.zeros((3, 64))  # column i: job i's unit; rows contiguous for searchsorted
         self.used = np.zeros((3, 64))  # column i: the units of jobs 0..i summed
         self.waits = np.zeros(64, dtype=bool)
@@ -77,6 +78,7 @@ class FillingLine:
         i = bisect_left(self.keys, key)
         self.keys.insert(i, key)
         self.jobs.insert(i, job)
+        self.units.insert(i, tuple(need))
         self.need[:, i + 1:n + 1] = self.need[:, i:n]
         self.need[:, i] = need
         self.waits[i + 1:n + 1] = self.waits[i:n]
@@ -87,7 +89,7 @@ class FillingLine:
 
     def delete(self, i: int) -> None:
         n = len(self.keys)
-        del self.keys[i], self.jobs[i]
+        del self.keys[i], self.jobs[i], self.units[i]
         self.waiting -= bool(self.waits[i])
         self.need[:, i:n - 1] = self.need[:, i + 1:n]
         self.waits[i:n - 1] = self.waits[i + 1:n]
@@ -116,10 +118,12 @@ class FillingLine:
                 part[:, 1:] = self.need[:, v:n]
                 np.cumsum(part, axis=1, out=part)
             self._valid = n
-        used = self.used
-        self._first = min(int(used[r, :n].searchsorted(total[r], "right")) for r in range(3))
-        self._total = total
-        return self._first
+        used, f = self.used, int(self.used[0, :n].searchsorted(total[0], "right"))  # GPUs first:
+        for r in (1, 2):  # another resource only if its sums already exceed before that
+            if f and used[r, f - 1] > total[r]:
+                f = int(used[r, :f].searchsorted(total[r], "right"))
+        self._first, self._total = f, total
+        return f
 
 
 @dataclass(eq=False)
@@ -190,6 +194,26 @@ class Drf(PhasedPolicy):
                     job.status is not JobStatus.RUNNING)
         return True
 
+    @staticmethod
+    def _after(line: FillingLine, f: int, total: np.ndarray) -> list[int]:
+        """The units after the first miss `f` that still fit what the prefix leaves, in order.
+
+        GPUs left only shrink, so the candidates are the units whose GPUs fit what the prefix
+        leaves (one vectorised pass); each is then checked in full against what the grants
+        before it leave."""
+        l0, l1, l2 = (total - line.used[:, f - 1]).tolist() if f else total.tolist()
+        if l0 < line.smallest:
+            return []
+        after, units = [], line.units
+        for i in (np.flatnonzero(line.need[0, f + 1:len(line)] <= l0) + (f + 1)).tolist():
+            n0, n1, n2 = units[i]
+            if n0 <= l0 and n1 <= l1 and n2 <= l2:
+                after.append(i)
+                l0, l1, l2 = l0 - n0, l1 - n1, l2 - n2
+                if l0 < line.smallest:
+                    break
+        return after
+
     def _fill(self, snap: Snapshot) -> Plan:
         line = self._line
         assert line is not None
@@ -198,22 +222,14 @@ class Drf(PhasedPolicy):
         total = self._total[1]
         n, need, waits = len(line), line.need, line.waits
         f = line.first_miss(total)
-        after: list[int] = []  # granted after the first miss, in order
-        if f < n:
-            l0, l1, l2 = (total - line.used[:, f - 1]).tolist() if f else total.tolist()
-            i = f + 1
-            while i < n and l0 >= line.smallest:  # the units that still fit, in order
-                later = (need[0, i:n] <= l0) & (need[1, i:n] <= l1) & (need[2, i:n] <= l2)
-                j = int(later.argmax())
-                if not later[j]:
-                    break
-                i += j
-                after.append(i)
-                l0, l1, l2 = l0 - need[0, i], l1 - need[1, i], l2 - need[2, i]
-                i += 1
-        jobs = line.jobs
-        stop = [jobs[i] for i in (np.flatnonzero(~waits[f:n]) + f).tolist() if i not in after]
-        start = np.flatnonzero(waits[:f]).tolist() + [i for i in after if waits[i]]
+        waiting = np.flatnonzero(waits[:f]).tolist()  # granted, to start
+        after = self._after(line, f, total) if f < n else []  # granted after the first miss
+        start = waiting + [i for i in after if waits[i]]
+        kept = len(after) + len(waiting) - len(start)  # running jobs granted after the first miss
+        stop: list[JobState] = []  # running jobs not granted (all from the first miss on)
+        if (n - f) - (line.waiting - len(waiting)) > kept:  # more run from there on than are kept
+            jobs, granted = line.jobs, set(after)
+            stop = [jobs[i] for i in (np.flatnonzero(~waits[f:n]) + f).tolist() if i not in granted]
         if not start:
             return Plan(keep_running=True, preempt={j.job_id for j in stop})
         free = None
@@ -222,6 +238,7 @@ class Drf(PhasedPolicy):
             for job in stop:
                 add_use(free, job.spec, job.allocation)
         r = Realiser(snap, self.placement, preempt="none", free=free)
+        jobs = line.jobs
         for i in start:
             job = jobs[i]
             if r.offer(job, job.spec.num_workers, job.spec.num_ps) is not None:
