@@ -40,23 +40,24 @@ from dlsched.policies.phases.sizing import DominantShareFilling
 
 class FillingLine:
     """Every job in the system in filling order (share, submit time, index, job id), with each
-    one's unit (GPU, CPU, memory), whether it waits, and the running sums of the units.
+    one's unit (GPU, CPU, memory), the running sums of the units, and which jobs wait.
 
-    The arrays keep spare room at the end, so an arrival or a completion shifts the tail in place
-    (one slice copy) instead of reallocating as `np.insert`/`np.delete` do: at the few hundred jobs
-    a Philly decision sees, their fixed cost was most of the incremental path's. The running sums
-    are recomputed lazily, only from the first position changed since they were last read, and
-    only when the filling needs them (a change behind the first unit that misses cannot move it):
-    they add in the same order as one `cumsum` from the start, so they are the same floats."""
+    The unit arrays keep spare room at the end, so an arrival or a completion shifts the tail in
+    place (one slice copy) instead of reallocating as `np.insert`/`np.delete` do: at the few
+    hundred jobs a Philly decision sees, such fixed costs were most of the incremental path's. The
+    running sums are recomputed lazily, only from the first position changed since they were last
+    read, and only when the filling needs them (a change behind the first unit that misses cannot
+    move it); they add in the same order as one `cumsum` from the start, so they are the same
+    floats. The waiting jobs are kept apart as a sorted list of keys (a few dozen, against hundreds
+    of jobs), so those before the first miss are one bisection away."""
 
     def __init__(self) -> None:
         self.keys: list[tuple] = []  # (share, submit time, index, job id), sorted
         self.jobs: list[JobState] = []  # in the same order
         self.units: list[tuple] = []  # each one's unit (GPU, CPU, memory), for scalar reads
+        self.waiting: list[tuple] = []  # keys of the jobs that wait, sorted
         self.need = np.zeros((3, 64))  # column i: job i's unit; rows contiguous for searchsorted
         self.used = np.zeros((3, 64))  # column i: the units of jobs 0..i summed
-        self.waits = np.zeros(64, dtype=bool)
-        self.waiting = 0  # how many wait
         self.smallest = math.inf  # GPUs of the smallest unit (at most): below it nothing more fits
         self._valid = 0  # used[:, :_valid] is current
         self._first: int | None = None  # first position whose sums exceed `_total` (None: unknown)
@@ -70,34 +71,40 @@ class FillingLine:
         i = bisect_left(self.keys, key)
         return i if i < len(self.keys) and self.keys[i][3] == key[3] else None
 
+    def waits(self, key: tuple) -> bool:
+        i = bisect_left(self.waiting, key)
+        return i < len(self.waiting) and self.waiting[i] == key
+
+    def set_waits(self, key: tuple, waits: bool) -> None:
+        """Mark the job with this key (in the line) waiting or running."""
+        w, i = self.waiting, bisect_left(self.waiting, key)
+        if i < len(w) and w[i] == key:
+            if not waits:
+                del w[i]
+        elif waits:
+            w.insert(i, key)
+
     def insert(self, key: tuple, job: JobState, need: tuple, waits: bool) -> None:
         n = len(self.keys)
-        if n == self.waits.shape[0]:
+        if n == self.need.shape[1]:
             self.need, self.used = (np.concatenate([a, np.zeros_like(a)], axis=1) for a in (self.need, self.used))
-            self.waits = np.concatenate([self.waits, np.zeros_like(self.waits)])
         i = bisect_left(self.keys, key)
         self.keys.insert(i, key)
         self.jobs.insert(i, job)
         self.units.insert(i, tuple(need))
         self.need[:, i + 1:n + 1] = self.need[:, i:n]
         self.need[:, i] = need
-        self.waits[i + 1:n + 1] = self.waits[i:n]
-        self.waits[i] = waits
-        self.waiting += waits
+        if waits:
+            self.set_waits(key, True)
         self.smallest = min(self.smallest, need[0])
         self._changed(i)
 
     def delete(self, i: int) -> None:
         n = len(self.keys)
+        self.set_waits(self.keys[i], False)
         del self.keys[i], self.jobs[i], self.units[i]
-        self.waiting -= bool(self.waits[i])
         self.need[:, i:n - 1] = self.need[:, i + 1:n]
-        self.waits[i:n - 1] = self.waits[i + 1:n]
         self._changed(i)
-
-    def set_waits(self, i: int, waits: bool) -> None:
-        self.waiting += int(waits) - int(self.waits[i])
-        self.waits[i] = waits
 
     def _changed(self, i: int) -> None:
         self._valid = min(self._valid, i)
@@ -112,11 +119,11 @@ class FillingLine:
         n, v = len(self.keys), self._valid
         if v < n:
             if v == 0:
-                np.cumsum(self.need[:, :n], axis=1, out=self.used[:, :n])
+                np.add.accumulate(self.need[:, :n], axis=1, out=self.used[:, :n])
             else:  # the sum before v, then the units from v on: the same additions in the same order
                 part = self.used[:, v - 1:n]
                 part[:, 1:] = self.need[:, v:n]
-                np.cumsum(part, axis=1, out=part)
+                np.add.accumulate(part, axis=1, out=part)
             self._valid = n
         used, f = self.used, int(self.used[0, :n].searchsorted(total[0], "right"))  # GPUs first:
         for r in (1, 2):  # another resource only if its sums already exceed before that
@@ -165,13 +172,13 @@ class Drf(PhasedPolicy):
                 if not self._add(line, snap.cluster, job):
                     return False
             for job in snap.stopped:
-                if (i := line.find(self._key(snap.cluster, job))) is not None:
-                    line.set_waits(i, True)
+                if line.find(key := self._key(snap.cluster, job)) is not None:
+                    line.set_waits(key, True)
             for job in snap.finished:
                 if (i := line.find(self._key(snap.cluster, job))) is not None:
                     line.delete(i)
         if (line is None or len(line) != snap.num_running + snap.num_pending
-                or line.waiting != snap.num_pending):
+                or len(line.waiting) != snap.num_pending):
             line = self._line = FillingLine()
             for job in (*snap.running, *snap.pending):
                 a = job.allocation
@@ -205,7 +212,7 @@ class Drf(PhasedPolicy):
         if l0 < line.smallest:
             return []
         after, units = [], line.units
-        for i in (np.flatnonzero(line.need[0, f + 1:len(line)] <= l0) + (f + 1)).tolist():
+        for i in ((line.need[0, f + 1:len(line)] <= l0).nonzero()[0] + (f + 1)).tolist():
             n0, n1, n2 = units[i]
             if n0 <= l0 and n1 <= l1 and n2 <= l2:
                 after.append(i)
@@ -220,16 +227,21 @@ class Drf(PhasedPolicy):
         if self._total[0] is not snap.cluster:
             self._total = (snap.cluster, np.asarray(snap.cluster.total, dtype=float) + 1e-9)
         total = self._total[1]
-        n, need, waits = len(line), line.need, line.waits
+        n, keys = len(line), line.keys
         f = line.first_miss(total)
-        waiting = np.flatnonzero(waits[:f]).tolist()  # granted, to start
+        k = bisect_left(line.waiting, keys[f]) if f < n else len(line.waiting)
+        start = line.waiting[:k]  # granted (all before the first miss) and waiting: to start
         after = self._after(line, f, total) if f < n else []  # granted after the first miss
-        start = waiting + [i for i in after if waits[i]]
-        kept = len(after) + len(waiting) - len(start)  # running jobs granted after the first miss
+        kept = 0  # running jobs granted after the first miss
+        for i in after:
+            if line.waits(keys[i]):
+                start.append(keys[i])
+            else:
+                kept += 1
         stop: list[JobState] = []  # running jobs not granted (all from the first miss on)
-        if (n - f) - (line.waiting - len(waiting)) > kept:  # more run from there on than are kept
-            jobs, granted = line.jobs, set(after)
-            stop = [jobs[i] for i in (np.flatnonzero(~waits[f:n]) + f).tolist() if i not in granted]
+        if (n - f) - (len(line.waiting) - k) > kept:  # more run from there on than are kept
+            granted = set(after)
+            stop = [line.jobs[i] for i in range(f, n) if i not in granted and not line.waits(keys[i])]
         if not start:
             return Plan(keep_running=True, preempt={j.job_id for j in stop})
         free = None
@@ -238,11 +250,10 @@ class Drf(PhasedPolicy):
             for job in stop:
                 add_use(free, job.spec, job.allocation)
         r = Realiser(snap, self.placement, preempt="none", free=free)
-        jobs = line.jobs
-        for i in start:
-            job = jobs[i]
+        for key in start:
+            job = line.jobs[bisect_left(keys, key)]
             if r.offer(job, job.spec.num_workers, job.spec.num_ps) is not None:
-                line.set_waits(i, False)  # runs once the plan is carried out (a refused plan: rebuilt next call)
+                line.set_waits(key, False)  # runs once the plan is carried out (a refused plan: rebuilt next call)
         return Plan(allocations=r.allocations, keep_running=True, preempt={j.job_id for j in stop})
 
 
