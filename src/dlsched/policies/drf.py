@@ -54,7 +54,7 @@ class FillingLine:
     def __init__(self) -> None:
         self.keys: list[tuple] = []  # (share, submit time, index, job id), sorted
         self.jobs: list[JobState] = []  # in the same order
-        self.units: list[tuple] = []  # each one's unit (GPU, CPU, memory), for scalar reads
+        self.gpus: list[float] = []  # each one's unit's GPUs, for quick scalar reads
         self.waiting: list[tuple] = []  # keys of the jobs that wait, sorted
         self.need = np.zeros((3, 64))  # column i: job i's unit; rows contiguous for searchsorted
         self.used = np.zeros((3, 64))  # column i: the units of jobs 0..i summed
@@ -91,7 +91,7 @@ class FillingLine:
         i = bisect_left(self.keys, key)
         self.keys.insert(i, key)
         self.jobs.insert(i, job)
-        self.units.insert(i, tuple(need))
+        self.gpus.insert(i, need[0])
         self.need[:, i + 1:n + 1] = self.need[:, i:n]
         self.need[:, i] = need
         if waits:
@@ -102,7 +102,7 @@ class FillingLine:
     def delete(self, i: int) -> None:
         n = len(self.keys)
         self.set_waits(self.keys[i], False)
-        del self.keys[i], self.jobs[i], self.units[i]
+        del self.keys[i], self.jobs[i], self.gpus[i]
         self.need[:, i:n - 1] = self.need[:, i + 1:n]
         self._changed(i)
 
@@ -155,7 +155,8 @@ class Drf(PhasedPolicy):
     def reset(self, cluster: Cluster, seed: int) -> None:
         super().reset(cluster, seed)
         self._line: FillingLine | None = None
-        self._total: tuple[Cluster | None, np.ndarray] = (None, np.zeros(3))  # a cluster's total + 1e-9
+        # a cluster's total + 1e-9, as an array and as floats
+        self._total: tuple[Cluster | None, np.ndarray, tuple] = (None, np.zeros(3), (0.0, 0.0, 0.0))
         self._fast = not self.sizing.stop_at_first_failure and self.sizing.share_by == "job"  # type: ignore[attr-defined]
 
     def schedule(self, snap: Snapshot) -> Plan:
@@ -201,37 +202,44 @@ class Drf(PhasedPolicy):
                     job.status is not JobStatus.RUNNING)
         return True
 
-    @staticmethod
-    def _after(line: FillingLine, f: int, total: np.ndarray) -> list[int]:
+    def _after(self, line: FillingLine, f: int) -> list[int]:
         """The units after the first miss `f` that still fit what the prefix leaves, in order.
 
-        GPUs left only shrink, so the candidates are the units whose GPUs fit what the prefix
-        leaves (one vectorised pass); each is then checked in full against what the grants
-        before it leave."""
-        l0, l1, l2 = (total - line.used[:, f - 1]).tolist() if f else total.tolist()
-        if l0 < line.smallest:
+        In (share, arrival) order the units after a miss rarely fit (on Philly never: what is
+        short is GPUs, and later shares mostly mean more GPUs), so one `min` over their GPUs
+        usually settles it; otherwise each unit is checked against what the grants before it
+        leave (GPUs left only shrink, so the GPU test stays a valid first filter)."""
+        t0, t1, t2 = self._total[2]
+        l0, l1, l2 = t0, t1, t2
+        if f:
+            u0, u1, u2 = line.used[:, f - 1].tolist()
+            l0, l1, l2 = t0 - u0, t1 - u1, t2 - u2
+        n, gpus = len(line), line.gpus
+        if f + 1 >= n or l0 < line.smallest or min(gpus[f + 1:n]) > l0:
             return []
-        after, units = [], line.units
-        for i in ((line.need[0, f + 1:len(line)] <= l0).nonzero()[0] + (f + 1)).tolist():
-            n0, n1, n2 = units[i]
-            if n0 <= l0 and n1 <= l1 and n2 <= l2:
-                after.append(i)
-                l0, l1, l2 = l0 - n0, l1 - n1, l2 - n2
-                if l0 < line.smallest:
-                    break
+        after = []
+        for i in range(f + 1, n):
+            if gpus[i] <= l0:
+                n0, n1, n2 = line.need[:, i].tolist()
+                if n0 <= l0 and n1 <= l1 and n2 <= l2:
+                    after.append(i)
+                    l0, l1, l2 = l0 - n0, l1 - n1, l2 - n2
+                    if l0 < line.smallest:
+                        break
         return after
 
     def _fill(self, snap: Snapshot) -> Plan:
         line = self._line
         assert line is not None
         if self._total[0] is not snap.cluster:
-            self._total = (snap.cluster, np.asarray(snap.cluster.total, dtype=float) + 1e-9)
+            total = np.asarray(snap.cluster.total, dtype=float) + 1e-9
+            self._total = (snap.cluster, total, tuple(total.tolist()))
         total = self._total[1]
         n, keys = len(line), line.keys
         f = line.first_miss(total)
         k = bisect_left(line.waiting, keys[f]) if f < n else len(line.waiting)
         start = line.waiting[:k]  # granted (all before the first miss) and waiting: to start
-        after = self._after(line, f, total) if f < n else []  # granted after the first miss
+        after = self._after(line, f) if f < n else []  # granted after the first miss
         kept = 0  # running jobs granted after the first miss
         for i in after:
             if line.waits(keys[i]):
