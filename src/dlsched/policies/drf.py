@@ -142,7 +142,7 @@ class Drf(PhasedPolicy):
     (share, arrival) order granting each unit that still fits the cluster's total. The jobs stay in
     that order across calls (a `FillingLine`, kept up by the snapshot's deltas): the granted prefix
     is where the running sums of the units first exceed the total, and the few jobs granted after
-    it are found by vectorised scans of the rest. The realisation is the phased one's: granted
+    it are found by a scan of the rest (`_after`). The realisation is the phased one's: granted
     running jobs keep their nodes, running jobs not granted stop, granted waiting jobs are placed
     in that order in what is free (a rigid job cannot shrink, and nothing ranks below a kept job).
     Same plans, less work (up to float rounding inside the 1e-9 tolerance both use); any other
