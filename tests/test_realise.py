@@ -190,6 +190,31 @@ def test_incremental_drf_plans_exactly_as_the_phased_filling(seed):
     np.testing.assert_allclose(a["end"].to_numpy(), b["end"].to_numpy())
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_incremental_drf_grants_after_the_first_miss_as_the_phased_filling(seed):
+    # CPU- and memory-heavy jobs (fractional memory too) mixed with GPU-heavy ones: the dominant
+    # resource differs from job to job, so units after the first miss in share order still fit
+    rng = np.random.default_rng(seed)
+    jobs, t = [], 0.0
+    for i in range(200):
+        t += float(rng.exponential(20))
+        cpu, mem = float(rng.choice([1, 2, 12, 24])), float(rng.choice([2.5, 8, 60, 150.25]))
+        jobs.append(job(f"m{i}", round(t, 1), float(np.exp(rng.normal(6, 1.5))), int(rng.choice([1, 1, 2, 4])),
+                        worker_demand=(1.0, cpu, mem)))
+    cluster = node(n=3, gpus=8, cpus=48, mem=256)
+    fast = drf()
+    grants_after = []
+    after = fast._after
+    fast._after = lambda line, f: grants_after.extend(a := after(line, f)) or a  # type: ignore[method-assign]
+    slow = PhasedPolicy(None, Unordered(), DominantShareFilling(), PLACEMENTS["least-loaded"], name="drf",
+                        preempt="minimal", shrink=True)
+    a = run(jobs, cluster, fast).jobs.set_index("job_id")
+    assert fast._fast and len(grants_after) > 0  # the fast path served the run, granting after misses
+    b = run(jobs, cluster, slow).jobs.set_index("job_id")
+    np.testing.assert_array_equal(a["preemptions"].to_numpy(), b["preemptions"].to_numpy())
+    np.testing.assert_allclose(a["end"].to_numpy(), b["end"].to_numpy())
+
+
 def test_drf_leaves_its_fast_path_for_an_elastic_job():
     jobs = _contended(3, 40) + [job("elastic", 10.0, 500.0, 2, min_workers=1, max_workers=4)]
     pol = drf()

@@ -38,6 +38,101 @@ from dlsched.policies.phases.realise import Realiser
 from dlsched.policies.phases.sizing import DominantShareFilling
 
 
+class FillingLine:
+    """Every job in the system in filling order (share, submit time, index, job id), with each
+    one's unit (GPU, CPU, memory), the running sums of the units, and which jobs wait.
+
+    The unit arrays keep spare room at the end, so an arrival or a completion shifts the tail in
+    place (one slice copy) instead of reallocating as `np.insert`/`np.delete` do: at the few
+    hundred jobs a Philly decision sees, such fixed costs were most of the incremental path's. The
+    running sums are recomputed lazily, only from the first position changed since they were last
+    read, and only when the filling needs them (a change behind the first unit that misses cannot
+    move it); they add in the same order as one `cumsum` from the start, so they are the same
+    floats. The waiting jobs are kept apart as a sorted list of keys (a few dozen, against hundreds
+    of jobs), so those before the first miss are one bisection away."""
+
+    def __init__(self) -> None:
+        self.keys: list[tuple] = []  # (share, submit time, index, job id), sorted
+        self.jobs: list[JobState] = []  # in the same order
+        self.gpus: list[float] = []  # each one's unit's GPUs, for quick scalar reads
+        self.waiting: list[tuple] = []  # keys of the jobs that wait, sorted
+        self.need = np.zeros((3, 64))  # column i: job i's unit; rows contiguous for searchsorted
+        self.used = np.zeros((3, 64))  # column i: the units of jobs 0..i summed
+        self.smallest = math.inf  # GPUs of the smallest unit (at most): below it nothing more fits
+        self._valid = 0  # used[:, :_valid] is current
+        self._first: int | None = None  # first position whose sums exceed `_total` (None: unknown)
+        self._total: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def find(self, key: tuple) -> int | None:
+        """Position of the job with this key, None if absent."""
+        i = bisect_left(self.keys, key)
+        return i if i < len(self.keys) and self.keys[i][3] == key[3] else None
+
+    def waits(self, key: tuple) -> bool:
+        i = bisect_left(self.waiting, key)
+        return i < len(self.waiting) and self.waiting[i] == key
+
+    def set_waits(self, key: tuple, waits: bool) -> None:
+        """Mark the job with this key (in the line) waiting or running."""
+        w, i = self.waiting, bisect_left(self.waiting, key)
+        if i < len(w) and w[i] == key:
+            if not waits:
+                del w[i]
+        elif waits:
+            w.insert(i, key)
+
+    def insert(self, key: tuple, job: JobState, need: tuple, waits: bool) -> None:
+        n = len(self.keys)
+        if n == self.need.shape[1]:
+            self.need, self.used = (np.concatenate([a, np.zeros_like(a)], axis=1) for a in (self.need, self.used))
+        i = bisect_left(self.keys, key)
+        self.keys.insert(i, key)
+        self.jobs.insert(i, job)
+        self.gpus.insert(i, need[0])
+        self.need[:, i + 1:n + 1] = self.need[:, i:n]
+        self.need[:, i] = need
+        if waits:
+            self.set_waits(key, True)
+        self.smallest = min(self.smallest, need[0])
+        self._changed(i)
+
+    def delete(self, i: int) -> None:
+        n = len(self.keys)
+        self.set_waits(self.keys[i], False)
+        del self.keys[i], self.jobs[i], self.gpus[i]
+        self.need[:, i:n - 1] = self.need[:, i + 1:n]
+        self._changed(i)
+
+    def _changed(self, i: int) -> None:
+        self._valid = min(self._valid, i)
+        if self._first is not None and i <= self._first:
+            self._first = None
+
+    def first_miss(self, total: np.ndarray) -> int:
+        """The first position whose running sums exceed `total` in some resource (len if none):
+        every job before it is granted by the filling, it is not."""
+        if self._first is not None and total is self._total:
+            return self._first
+        n, v = len(self.keys), self._valid
+        if v < n:
+            if v == 0:
+                np.add.accumulate(self.need[:, :n], axis=1, out=self.used[:, :n])
+            else:  # the sum before v, then the units from v on: the same additions in the same order
+                part = self.used[:, v - 1:n]
+                part[:, 1:] = self.need[:, v:n]
+                np.add.accumulate(part, axis=1, out=part)
+            self._valid = n
+        used, f = self.used, int(self.used[0, :n].searchsorted(total[0], "right"))  # GPUs first:
+        for r in (1, 2):  # another resource only if its sums already exceed before that
+            if f and used[r, f - 1] > total[r]:
+                f = int(used[r, :f].searchsorted(total[r], "right"))
+        self._first, self._total = f, total
+        return f
+
+
 @dataclass(eq=False)
 class Drf(PhasedPolicy):
     """DRF as a `PhasedPolicy`, with an incremental path for the common case: every job rigid,
@@ -45,13 +140,13 @@ class Drf(PhasedPolicy):
 
     Then a job's only unit is fixed, so the progressive filling is one pass over all jobs in
     (share, arrival) order granting each unit that still fits the cluster's total. The jobs stay in
-    that order across calls (kept up by the snapshot's deltas), with their units and whether they
-    wait in NumPy arrays: the granted prefix is where the running sums of the units first exceed
-    the total, and the few jobs granted after it are found by vectorised scans of the rest. The
-    realisation is the phased one's: granted running jobs keep their nodes, running jobs not
-    granted stop, granted waiting jobs are placed in that order in what is free (a rigid job
-    cannot shrink, and nothing ranks below a kept job). Same plans, less work (up to float
-    rounding inside the 1e-9 tolerance both use); any other case takes the phased path."""
+    that order across calls (a `FillingLine`, kept up by the snapshot's deltas): the granted prefix
+    is where the running sums of the units first exceed the total, and the few jobs granted after
+    it are found by a scan of the rest (`_after`). The realisation is the phased one's: granted
+    running jobs keep their nodes, running jobs not granted stop, granted waiting jobs are placed
+    in that order in what is free (a rigid job cannot shrink, and nothing ranks below a kept job).
+    Same plans, less work (up to float rounding inside the 1e-9 tolerance both use); any other
+    case takes the phased path."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -59,11 +154,9 @@ class Drf(PhasedPolicy):
 
     def reset(self, cluster: Cluster, seed: int) -> None:
         super().reset(cluster, seed)
-        # every job in the system, in filling order: (share, submit time, index, job id, job)
-        self._order: list[tuple] | None = None
-        self._need = np.zeros((0, 3))  # each job's unit (GPU, CPU, memory), in that order
-        self._waits = np.zeros(0, dtype=bool)  # whether it waits, in that order
-        self._smallest = 0.0  # GPUs of the smallest unit (at most): below it nothing more fits
+        self._line: FillingLine | None = None
+        # a cluster's total + 1e-9, as an array and as floats
+        self._total: tuple[Cluster | None, np.ndarray, tuple] = (None, np.zeros(3), (0.0, 0.0, 0.0))
         self._fast = not self.sizing.stop_at_first_failure and self.sizing.share_by == "job"  # type: ignore[attr-defined]
 
     def schedule(self, snap: Snapshot) -> Plan:
@@ -74,25 +167,23 @@ class Drf(PhasedPolicy):
     def _follow(self, snap: Snapshot) -> bool:
         """Keep every job in the system in filling order; False (for good) once a job is
         elastic, or runs at another size than its own (adopted by a live service)."""
-        if self._order is not None:
+        line = self._line
+        if line is not None:
             for job in snap.arrived:
-                if not self._add(snap.cluster, job):
+                if not self._add(line, snap.cluster, job):
                     return False
             for job in snap.stopped:
-                if (i := self._find(snap.cluster, job)) is not None:
-                    self._waits[i] = True
+                if line.find(key := self._key(snap.cluster, job)) is not None:
+                    line.set_waits(key, True)
             for job in snap.finished:
-                if (i := self._find(snap.cluster, job)) is not None:
-                    del self._order[i]
-                    self._need = np.delete(self._need, i, axis=0)
-                    self._waits = np.delete(self._waits, i)
-        if (self._order is None or len(self._order) != snap.num_running + snap.num_pending
-                or int(self._waits.sum()) != snap.num_pending):
-            self._order, self._need, self._waits = [], np.zeros((0, 3)), np.zeros(0, dtype=bool)
-            self._smallest = math.inf
+                if (i := line.find(self._key(snap.cluster, job))) is not None:
+                    line.delete(i)
+        if (line is None or len(line) != snap.num_running + snap.num_pending
+                or len(line.waiting) != snap.num_pending):
+            line = self._line = FillingLine()
             for job in (*snap.running, *snap.pending):
                 a = job.allocation
-                if not self._add(snap.cluster, job) or (
+                if not self._add(line, snap.cluster, job) or (
                         a is not None and (a.num_workers, a.num_ps) != (job.spec.num_workers, job.spec.num_ps)):
                     self._fast = False
                     return False
@@ -102,52 +193,75 @@ class Drf(PhasedPolicy):
         unit = self.sizing.first_unit(cluster, job.spec)  # type: ignore[attr-defined]
         return unit[0], job.spec.submit_time, job.index, job.job_id
 
-    def _find(self, cluster: Cluster, job: JobState) -> int | None:
-        i = bisect_left(self._order, self._key(cluster, job))  # type: ignore[arg-type]
-        return i if i < len(self._order) and self._order[i][3] == job.job_id else None  # type: ignore[arg-type]
-
-    def _add(self, cluster: Cluster, job: JobState) -> bool:
+    def _add(self, line: FillingLine, cluster: Cluster, job: JobState) -> bool:
         share, rigid, _, _, *need = self.sizing.first_unit(cluster, job.spec)  # type: ignore[attr-defined]
         if not rigid:
             self._fast = False
             return False
-        entry = (*self._key(cluster, job), job)
-        i = bisect_left(self._order, entry[:4])  # type: ignore[arg-type]
-        self._order.insert(i, entry)  # type: ignore[union-attr]
-        self._need = np.insert(self._need, i, need, axis=0)
-        self._waits = np.insert(self._waits, i, job.status is not JobStatus.RUNNING)
-        self._smallest = min(self._smallest, need[0])
+        line.insert((share, job.spec.submit_time, job.index, job.job_id), job, need,
+                    job.status is not JobStatus.RUNNING)
         return True
 
+    def _after(self, line: FillingLine, f: int) -> list[int]:
+        """The units after the first miss `f` that still fit what the prefix leaves, in order.
+
+        In (share, arrival) order the units after a miss rarely fit (on Philly never: what is
+        short is GPUs, and later shares mostly mean more GPUs), so one `min` over their GPUs
+        usually settles it; otherwise each unit is checked against what the grants before it
+        leave (GPUs left only shrink, so the GPU test stays a valid first filter)."""
+        t0, t1, t2 = self._total[2]
+        l0, l1, l2 = t0, t1, t2
+        if f:
+            u0, u1, u2 = line.used[:, f - 1].tolist()
+            l0, l1, l2 = t0 - u0, t1 - u1, t2 - u2
+        n, gpus = len(line), line.gpus
+        if f + 1 >= n or l0 < line.smallest or min(gpus[f + 1:n]) > l0:
+            return []
+        after = []
+        for i in range(f + 1, n):
+            if gpus[i] <= l0:
+                n0, n1, n2 = line.need[:, i].tolist()
+                if n0 <= l0 and n1 <= l1 and n2 <= l2:
+                    after.append(i)
+                    l0, l1, l2 = l0 - n0, l1 - n1, l2 - n2
+                    if l0 < line.smallest:
+                        break
+        return after
+
     def _fill(self, snap: Snapshot) -> Plan:
-        order, need, waits = self._order, self._need, self._waits
-        n = len(order)  # type: ignore[arg-type]
-        total = np.asarray(snap.cluster.total, dtype=float) + 1e-9
-        granted = np.zeros(n, dtype=bool)
-        if n:
-            used = np.cumsum(need, axis=0)  # each column non-decreasing: the granted prefix ends
-            f = min(int(np.searchsorted(used[:, r], total[r], "right")) for r in range(3))  # at the first miss
-            granted[:f] = True
-            left = total - used[f - 1] if f else total
-            i = f + 1
-            while i < n and left[0] >= self._smallest:  # after it, the units that still fit, in order
-                later = (need[i:, 0] <= left[0]) & (need[i:, 1] <= left[1]) & (need[i:, 2] <= left[2])
-                j = int(np.argmax(later))
-                if not later[j]:
-                    break
-                i += j
-                granted[i] = True
-                left = left - need[i]
-                i += 1
-        stop = [order[i][4] for i in np.flatnonzero(~granted & ~waits)]  # type: ignore[index]
-        free = np.array(snap.free, dtype=float)
-        for job in stop:
-            add_use(free, job.spec, job.allocation)
+        line = self._line
+        assert line is not None
+        if self._total[0] is not snap.cluster:
+            total = np.asarray(snap.cluster.total, dtype=float) + 1e-9
+            self._total = (snap.cluster, total, tuple(total.tolist()))
+        total = self._total[1]
+        n, keys = len(line), line.keys
+        f = line.first_miss(total)
+        k = bisect_left(line.waiting, keys[f]) if f < n else len(line.waiting)
+        start = line.waiting[:k]  # granted (all before the first miss) and waiting: to start
+        after = self._after(line, f) if f < n else []  # granted after the first miss
+        kept = 0  # running jobs granted after the first miss
+        for i in after:
+            if line.waits(keys[i]):
+                start.append(keys[i])
+            else:
+                kept += 1
+        stop: list[JobState] = []  # running jobs not granted (all from the first miss on)
+        if (n - f) - (len(line.waiting) - k) > kept:  # more run from there on than are kept
+            granted = set(after)
+            stop = [line.jobs[i] for i in range(f, n) if i not in granted and not line.waits(keys[i])]
+        if not start:
+            return Plan(keep_running=True, preempt={j.job_id for j in stop})
+        free = None
+        if stop:
+            free = np.array(snap.free, dtype=float)
+            for job in stop:
+                add_use(free, job.spec, job.allocation)
         r = Realiser(snap, self.placement, preempt="none", free=free)
-        for i in np.flatnonzero(granted & waits).tolist():
-            job = order[i][4]  # type: ignore[index]
+        for key in start:
+            job = line.jobs[bisect_left(keys, key)]
             if r.offer(job, job.spec.num_workers, job.spec.num_ps) is not None:
-                waits[i] = False  # runs once the plan is carried out (a refused plan: rebuilt next call)
+                line.set_waits(key, False)  # runs once the plan is carried out (a refused plan: rebuilt next call)
         return Plan(allocations=r.allocations, keep_running=True, preempt={j.job_id for j in stop})
 
 
