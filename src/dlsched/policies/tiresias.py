@@ -80,11 +80,12 @@ class Tiresias(Policy):
         plan = Plan(keep_running=True)
         if idx.waiting or any(idx.entering):
             started, plan.preempt = self._round(snap, now)
-            plan.allocations = {j.job_id: idx.allocations[j.job_id] for j in started if j.job_id in idx.allocations}
+            if started:
+                plan.allocations = {j.job_id: idx.allocations[j.job_id] for j in started if j.job_id in idx.allocations}
         while self._promote and self._promotable(self._promote[0]) is None:
             heapq.heappop(self._promote)
-        wakes = [t for t in (idx.next_crossing(), self._promote[0][0] if self._promote else None) if t is not None]
-        plan.wake_at = min(wakes) if wakes else None
+        crossing, promotion = idx.next_crossing(), (self._promote[0][0] if self._promote else None)
+        plan.wake_at = crossing if promotion is None else promotion if crossing is None else min(crossing, promotion)
         return plan
 
     # ------------------------------------------------------------------ the walk
@@ -116,13 +117,14 @@ class Tiresias(Policy):
             e.token += 1
             e.first_run = now if e.first_run is None else e.first_run
             idx.run(e, now)
-        for lst in idx.entering:  # demoted jobs stay running at the end of their new queue, or
-            for e in lst:  # if preempted, join the end of the line they just entered
-                if e.job.job_id in gone:
-                    self._stop(e, now)
-                else:
-                    idx.run(e, now)
-        idx.clear_entering()
+        if any(idx.entering):
+            for lst in idx.entering:  # demoted jobs stay running at the end of their new queue, or
+                for e in lst:  # if preempted, join the end of the line they just entered
+                    if e.job.job_id in gone:
+                        self._stop(e, now)
+                    else:
+                        idx.run(e, now)
+            idx.clear_entering()
         if not gone:
             return started, set()
         # other preempted jobs head their queue's line, ahead of the jobs already waiting

@@ -223,8 +223,8 @@ class MLFQ:
         finished jobs leave). Returns the entries that stopped running without the policy's plan
         (a failed run; someone else's stop): they head their queue's line. Reconciles job by
         job on the first call and whenever the counts disagree (a snapshot it did not follow)."""
-        halted = []
-        for job in sorted(snap.arrived, key=lambda j: j.rank):
+        halted, arrived = [], snap.arrived
+        for job in (sorted(arrived, key=lambda j: j.rank) if len(arrived) > 1 else arrived):
             if job.job_id not in self.entries:
                 self._admit(job, snap.now)
         for job in snap.stopped:
