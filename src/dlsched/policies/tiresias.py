@@ -26,7 +26,8 @@ Jobs are rigid, at their requested size.
 
 Cost: the queues are an `MLFQ` index kept across calls and changed by the snapshot's deltas
 (arrived, stopped, finished); the walk looks only at waiting jobs whose GPU count could still fit
-(free plus what lower priorities hold) and realises them with the shared `Realiser`. The next
+(free plus what lower priorities hold) and realises them with the shared `Realiser`; a round in
+which no line's smallest job could fit skips the realiser altogether (`_may_start`). The next
 threshold crossing or promotion is `plan.wake_at`, so no periodic tick is needed.
 """
 
