@@ -85,6 +85,10 @@ class Line:
         if not group:
             del self._groups[gpus]
 
+    def smallest(self) -> float | None:
+        """The smallest size waiting (None if the line is empty): a walk limited below it yields nothing."""
+        return min(self._groups) if self._groups else None
+
     def key_of(self, job_id: str) -> Any:
         """The key a waiting job joined the line with."""
         return self._jobs[job_id][1]
@@ -117,7 +121,9 @@ class MLFQ:
         self.running: list[dict[str, Entry]] = [{} for _ in range(n)]  # in start order
         self.running_gpus = [0.0] * n
         self.entering: list[list[Entry]] = [[] for _ in range(n)]
+        self.entering_gpus = [0.0] * n  # GPUs of `entering`, queue by queue
         self.lines = [Line() for _ in range(n)]  # keyed by place in line: front < 0 < back
+        self.waiting = 0  # jobs in the lines (a count, not a sum over them per call)
         self._front = self._back = self._run_seq = 0
         # (time, job index, job id, token): simultaneous crossings in job order
         self._crossings: list[tuple[float, int, str, int]] = []
@@ -138,8 +144,11 @@ class MLFQ:
             self._back += 1
         e.wait_key, e.running = (self._front if front else self._back), False
         self.lines[e.q].add(e.job, e.wait_key, e.gpus)
+        self.waiting += 1
 
     def unwait(self, e: Entry) -> None:
+        if e.wait_key is not None:
+            self.waiting -= 1
         self.lines[e.q].remove(e.job.job_id)
         e.wait_key = None
 
@@ -181,8 +190,16 @@ class MLFQ:
             e.token += 1
             e.q, e.entering = q, True
             self.entering[q].append(e)
+            self.entering_gpus[q] += e.gpus
             moved += 1
         return moved
+
+    def clear_entering(self) -> None:
+        """The jobs demoted this call have been settled (kept running or stopped)."""
+        for q, lst in enumerate(self.entering):
+            if lst:
+                lst.clear()
+                self.entering_gpus[q] = 0.0
 
     def next_crossing(self) -> float | None:
         h = self._crossings
@@ -206,8 +223,8 @@ class MLFQ:
         finished jobs leave). Returns the entries that stopped running without the policy's plan
         (a failed run; someone else's stop): they head their queue's line. Reconciles job by
         job on the first call and whenever the counts disagree (a snapshot it did not follow)."""
-        halted = []
-        for job in sorted(snap.arrived, key=lambda j: j.rank):
+        halted, arrived = [], snap.arrived
+        for job in (sorted(arrived, key=lambda j: j.rank) if len(arrived) > 1 else arrived):
             if job.job_id not in self.entries:
                 self._admit(job, snap.now)
         for job in snap.stopped:
@@ -216,8 +233,7 @@ class MLFQ:
                 halted.append(self._halt(e))
         for job in snap.finished:
             self._drop(job.job_id)
-        waiting = sum(map(len, self.lines))
-        if self._fresh or snap.num_running != len(self.allocations) or snap.num_pending != waiting:
+        if self._fresh or snap.num_running != len(self.allocations) or snap.num_pending != self.waiting:
             halted += self._reconcile(snap)
         self._fresh = False
         return halted

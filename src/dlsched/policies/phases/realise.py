@@ -86,6 +86,9 @@ class Realiser:
         self.shrink: ShrinkRule | None = fewer_workers if shrink is True else (shrink or None)
         self.allocations: dict[str, Allocation] = {} if keep is None else keep
         self._free = free  # copied from the snapshot only when first needed
+        # placements not yet taken out of `_free`: most walks place one job and read `free` no
+        # more, so the array is brought up to date only when it is read again (same order of updates)
+        self._owed: list[tuple[JobSpec, Allocation]] = []
         if free_gpus is None:
             free_gpus = float((snap.free if free is None else free)[:, GPU].sum())
         self.free_gpus = free_gpus
@@ -97,8 +100,13 @@ class Realiser:
 
     @property
     def free(self) -> np.ndarray:
+        """What is free as of the jobs placed so far (a copy of the snapshot's, made when first read)."""
         if self._free is None:
             self._free = np.array(self.snap.free, dtype=float)
+        if self._owed:
+            for spec, alloc in self._owed:
+                add_use(self._free, spec, alloc, -1.0)
+            self._owed.clear()
         return self._free
 
     def allow(self, victims: Iterator[tuple[object, JobState]], below: float) -> None:
@@ -152,7 +160,7 @@ class Realiser:
         return self.placement.place(self.snap.cluster, free, job.spec, workers, ps)
 
     def _take(self, job: JobState, alloc: Allocation, gpus: float) -> None:
-        add_use(self.free, job.spec, alloc, -1.0)
+        self._owed.append((job.spec, alloc))  # taken out of `free` when it is next read
         self.free_gpus -= gpus
 
     def _grow(self, job: JobState, workers: int, ps: int) -> Allocation | None:
@@ -214,7 +222,7 @@ class Realiser:
             self.gone[vkey] = self.gone.get(vkey, 0.0) + gpus_of(v.spec, v.num_workers, v.num_ps)
         del self._peeked[:i]
         self._free = trial
-        add_use(trial, spec, alloc, -1.0)
+        self._owed.append((spec, alloc))
         self.free_gpus += got - need
         self.below -= got
         return alloc
