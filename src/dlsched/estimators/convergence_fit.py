@@ -277,21 +277,38 @@ def fit_many(
     """`fit_convergence` of each sample set, the sets with the same number of samples solved
     together (a scheduler refits many jobs at one slot: one NumPy pass instead of one per job).
     Each fit's numbers are the same as alone (row-wise arithmetic only)."""
+    rows: list[tuple[np.ndarray, np.ndarray] | None] = []
+    for samples in sample_sets:
+        arr = np.asarray(sorted(samples), dtype=float) if len(samples) >= MIN_SAMPLES else None
+        rows.append(None if arr is None else (arr[:, 0], arr[:, 1]))
+    return fit_arrays(rows, seed, epsilon)
+
+
+def fit_arrays(
+    rows: Sequence[tuple[np.ndarray, np.ndarray] | None], seed: int = 0, epsilon: float = EPSILON,
+) -> list[ConvergenceFit | None]:
+    """`fit_many` of samples given as (iterations, losses) arrays (None: no samples), e.g.
+    `observed_loss_arrays`: the same fits without building and sorting (iteration, loss) pairs.
+    Rows whose iterations do not strictly ascend are sorted as `sorted` sorts the pairs."""
     if not 0.0 < epsilon < 1.0:
         raise ValueError(f"epsilon must be in (0, 1), got {epsilon}")
-    out: list[ConvergenceFit | None] = [None] * len(sample_sets)
-    groups: dict[int, list[tuple[int, np.ndarray]]] = {}
-    for i, samples in enumerate(sample_sets):
-        if len(samples) < MIN_SAMPLES:
+    out: list[ConvergenceFit | None] = [None] * len(rows)
+    groups: dict[int, list[tuple[int, np.ndarray, np.ndarray]]] = {}
+    for i, row in enumerate(rows):
+        if row is None or len(row[0]) < MIN_SAMPLES:
             continue
-        arr = np.asarray(sorted(samples), dtype=float)
-        if np.all(np.isfinite(arr)) and arr[-1, 0] > 0:
-            groups.setdefault(len(arr), []).append((i, arr))
+        k, loss = row
+        if not (k[1:] > k[:-1]).all():
+            order = np.lexsort((loss, k))
+            k, loss = k[order], loss[order]
+        if k[-1] > 0 and np.isfinite(k).all() and np.isfinite(loss).all():
+            groups.setdefault(len(k), []).append((i, k, loss))
     for members in groups.values():
         for lo in range(0, len(members), _CHUNK):
             part = members[lo:lo + _CHUNK]
-            arr = np.stack([m[1] for m in part])
-            for i, fit in zip((m[0] for m in part), _fit_group(arr[:, :, 0], arr[:, :, 1], seed, epsilon)):
+            k = np.stack([m[1] for m in part])
+            loss = np.stack([m[2] for m in part])
+            for (i, _, _), fit in zip(part, _fit_group(k, loss, seed, epsilon)):
                 out[i] = fit
     return out
 
