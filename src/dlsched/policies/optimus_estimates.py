@@ -47,6 +47,8 @@ class Cand:
         spec = self.js.spec  # demands are tuples of floats: the greedy's many 3-element sums stay cheap
         self.wd, self.pd = spec.worker_demand, spec.ps_demand
         self.minimum = (spec.min_ps, spec.min_workers)
+        self.min_need = self.need(*self.minimum)  # read by every call's base pass (read only)
+        self.tie = (spec.submit_time, self.js.index)  # the ranking's tie-breakers
 
     def start_call(self, est: float) -> "Cand":
         """Reset what a call decides (a kept candidate is reused by the next call)."""
@@ -194,13 +196,13 @@ def rank(cands: list[Cand], order: str) -> None:
         mid = float(statistics.median(finite)) if finite else 0.0
         keys = [mid if t is None else t for t in times]
     # (key, submit time, index) is unique per job (index), so sorting the tuples is the order
-    ranked = sorted([(k, c.js.spec.submit_time, c.js.index, c) for k, c in zip(keys, cands)], key=_RANK_KEY)
-    cands[:] = [t[3] for t in ranked]
+    ranked = sorted([(k, c.tie, c) for k, c in zip(keys, cands)], key=_RANK_KEY)
+    cands[:] = [t[2] for t in ranked]
     for r, c in enumerate(cands):
         c.rank = r
 
 
-_RANK_KEY = operator.itemgetter(0, 1, 2)
+_RANK_KEY = operator.itemgetter(0, 1)
 
 
 def time_to(q: float, f: float | None) -> float | None:
