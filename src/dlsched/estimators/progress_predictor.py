@@ -170,7 +170,8 @@ class RemainingWork:
         if job.spec.work_known or done <= 0:
             return None
         if self._due(job, done):
-            self._fits[job.job_id] = (done, fit_arrays(observed_loss_arrays([job], LOSS_SAMPLES))[0])
+            # the job's own `observed_loss`: a live job (`LiveJobState`) reports its samples there
+            self._fits[job.job_id] = (done, fit_convergence(job.observed_loss(LOSS_SAMPLES)))
         return self._fits[job.job_id][1]
 
     def prefit(self, jobs: Sequence[JobState], dones: Sequence[float] | None = None) -> None:
