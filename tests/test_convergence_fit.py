@@ -99,3 +99,32 @@ def test_batched_fits_are_the_single_fits_bit_for_bit():
             assert (b.b0, b.b1, b.b2, b.total, b.low, b.high) == (a.b0, a.b1, a.b2, a.total, a.low, a.high)
     reversed_ = cf.fit_many(sets[::-1])[::-1]
     assert [f and f.total for f in reversed_] == [f and f.total for f in alone]
+
+
+def test_array_input_and_chunked_batches_are_the_pair_fits_bit_for_bit():
+    # a slot's fits arrive as the loss log's arrays, in batches larger than one chunk
+    sets = [_samples(10 ** -(3 + i % 3), 1.0, 0.02 * (i % 7), 10 ** (2 + i % 5), noise=0.01 * (i % 4), seed=i)
+            for i in range(2 * cf._CHUNK + 5)]
+    rows = [(np.array([k for k, _ in s]), np.array([v for _, v in s])) for s in sets]
+    shuffled = np.random.default_rng(0).permutation(50)  # unsorted iterations are sorted as pairs
+    rows[3] = rows[3][0][shuffled], rows[3][1][shuffled]
+    rows += [None, (np.arange(1.0, 4.0), np.ones(3))]  # no samples; too few
+    alone = [fit_convergence(s) for s in sets] + [None, None]
+    got = cf.fit_arrays(rows)
+    assert [f is None for f in got] == [f is None for f in alone]
+    for b, a in zip(got, alone):
+        if a is not None:
+            assert (b.b0, b.b1, b.b2, b.total, b.low, b.high) == (a.b0, a.b1, a.b2, a.total, a.low, a.high)
+
+
+def test_the_coarse_grid_without_the_derivative_is_the_same_profile():
+    sets = [_samples(10 ** -(3 + i % 3), 1.0, 0.05 * (i % 4), 10 ** (3 + i % 4), noise=0.01 * (i % 3), seed=i)
+            for i in range(8)]
+    k = np.array([[a for a, _ in s] for s in sets])
+    y = np.array([[b for _, b in s] for s in sets])
+    x, wt = k / k[:, -1:], 1.0 / segment_sigma(50) ** 2
+    u = np.broadcast_to(cf._LOG_R, (len(sets), len(cf._LOG_R)))
+    full, coarse = cf._profile(x, y, wt, u), cf._profile(x, y, wt, u, grad=False)
+    assert coarse[3] is None
+    for a, b in zip(full[:3] + full[4:], coarse[:3] + coarse[4:]):
+        assert np.array_equal(a, b, equal_nan=True)

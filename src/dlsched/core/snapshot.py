@@ -196,10 +196,17 @@ class JobState:
 
 
 def observed_losses(jobs: list[JobState], points: int = 20) -> list[list[tuple[float, float]]]:
-    """`JobState.observed_loss` of each job. Curves whose class offers `sample_many(curves, ks)`
-    (the simulator's) are sampled together in one NumPy pass: a scheduler refitting many jobs at
-    once would otherwise pay one Python call per sample (50 per fit)."""
-    out: list[list[tuple[float, float]]] = [[] for _ in jobs]
+    """`JobState.observed_loss` of each job (`observed_loss_arrays` as (iteration, loss) pairs)."""
+    return [[] if row is None else list(zip(row[0].tolist(), row[1].tolist()))
+            for row in observed_loss_arrays(jobs, points)]
+
+
+def observed_loss_arrays(jobs: list[JobState], points: int = 20) -> list[tuple[np.ndarray, np.ndarray] | None]:
+    """Each job's logged (iterations, losses) as two arrays, None before it has run. Curves whose
+    class offers `sample_many(curves, ks)` (the simulator's) are sampled together in one NumPy
+    pass: a scheduler refitting many jobs at once would otherwise pay one Python call per sample
+    (50 per fit); a fit reads the arrays as they are (no pairs to build and convert back)."""
+    out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(jobs)
     batches: dict[Callable, list[tuple[int, float]]] = {}
     for i, js in enumerate(jobs):
         done = js.progress
@@ -207,15 +214,16 @@ def observed_losses(jobs: list[JobState], points: int = 20) -> list[list[tuple[f
             continue
         many = getattr(type(js.loss_fn), "sample_many", None)
         if many is None:
-            out[i] = [(k, js.loss_fn(k)) for k in np.linspace(done / points, done, points)]
+            ks = np.linspace(done / points, done, points)
+            out[i] = ks, np.array([js.loss_fn(k) for k in ks], dtype=float)
         else:
             batches.setdefault(many, []).append((i, done))
     for many, members in batches.items():
         done = np.array([d for _, d in members])
         ks = np.linspace(done / points, done, points, axis=1)  # row i: the same as job i's alone
-        losses = many([jobs[i].loss_fn for i, _ in members], ks)
-        for (i, _), k, loss in zip(members, ks.tolist(), losses.tolist()):
-            out[i] = list(zip(k, loss))
+        losses = np.asarray(many([jobs[i].loss_fn for i, _ in members], ks), dtype=float)
+        for row, (i, _) in enumerate(members):
+            out[i] = ks[row], losses[row]
     return out
 
 

@@ -28,8 +28,8 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from dlsched.core.snapshot import JobState, JobStatus, Snapshot, observed_losses
-from dlsched.estimators.convergence_fit import ConvergenceFit, fit_convergence, fit_many
+from dlsched.core.snapshot import JobState, JobStatus, Snapshot, observed_loss_arrays
+from dlsched.estimators.convergence_fit import ConvergenceFit, fit_arrays, fit_convergence
 from dlsched.estimators.speed_model import profile_key
 
 #: Loss samples requested from a job: more than `observed_loss`'s default 20 averages the noise
@@ -170,17 +170,21 @@ class RemainingWork:
         if job.spec.work_known or done <= 0:
             return None
         if self._due(job, done):
+            # the job's own `observed_loss`: a live job (`LiveJobState`) reports its samples there
             self._fits[job.job_id] = (done, fit_convergence(job.observed_loss(LOSS_SAMPLES)))
         return self._fits[job.job_id][1]
 
-    def prefit(self, jobs: Sequence[JobState]) -> None:
-        """Fit every job that is due in one batched call (`fit_many`): the same fits `fit` would
-        make one at a time, at a fraction of the cost when a slot refits many running jobs."""
-        due = [job for job in jobs if self._due(job, job.progress)]
+    def prefit(self, jobs: Sequence[JobState], dones: Sequence[float] | None = None) -> None:
+        """Fit every job that is due in one batched call (`fit_arrays`): the same fits `fit` would
+        make one at a time, at a fraction of the cost when a slot refits many running jobs (the
+        loss log as arrays). `dones`: the jobs' progress, if the caller has read it."""
+        if dones is None:
+            dones = [job.progress for job in jobs]
+        due = [(job, done) for job, done in zip(jobs, dones) if self._due(job, done)]
         if not due:
             return
-        for job, fit in zip(due, fit_many(observed_losses(due, LOSS_SAMPLES))):
-            self._fits[job.job_id] = (job.progress, fit)
+        for (job, done), fit in zip(due, fit_arrays(observed_loss_arrays([job for job, _ in due], LOSS_SAMPLES))):
+            self._fits[job.job_id] = (done, fit)
 
     def estimate(self, job: JobState) -> Estimate:
         return combine(job, self.fit(job), self.history(job))

@@ -124,9 +124,9 @@ class Optimus(Policy):
             if c.fixed:
                 _sub(left, c.need(c.p, c.w))
         for c in cands:
-            if not c.fixed and _fits(need := _minimum_need(c.js.spec, self._min_need), left):
+            if not c.fixed and _fits(c.min_need, left):
                 c.p, c.w = c.minimum
-                _sub(left, need)
+                _sub(left, c.min_need)
         heap: list[tuple[float, int, int, int, int]] = []
         for i, c in enumerate(cands):
             if c.w and not c.fixed:

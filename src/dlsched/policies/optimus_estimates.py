@@ -47,6 +47,8 @@ class Cand:
         spec = self.js.spec  # demands are tuples of floats: the greedy's many 3-element sums stay cheap
         self.wd, self.pd = spec.worker_demand, spec.ps_demand
         self.minimum = (spec.min_ps, spec.min_workers)
+        self.min_need = self.need(*self.minimum)  # read by every call's base pass (read only)
+        self.tie = (spec.submit_time, self.js.index)  # the ranking's tie-breakers
 
     def start_call(self, est: float) -> "Cand":
         """Reset what a call decides (a kept candidate is reused by the next call)."""
@@ -64,6 +66,12 @@ class Cand:
         if key not in self._memo:
             self._memo[key] = self.speed(p, w)
         return self._memo[key]
+
+    def f_min(self) -> float | None:
+        """`f(*minimum)`, which every call's ranking asks of every job: one look-up when known."""
+        memo = self._memo
+        key = self.minimum
+        return memo[key] if key in memo else self.f(*key)
 
 
 @dataclass(eq=False)
@@ -106,16 +114,20 @@ class Estimates:
         if snap.oracle is not None:
             return [self._oracle_cand(snap, js, placer) for js in jobs]
         out: list[Cand] = []
-        redo: list[tuple[JobState, _Kept | None]] = []
-        for js in jobs:
-            kept = self._kept.get(js.job_id)
-            if kept is not None and js.status is not JobStatus.RUNNING and kept.done == js.progress:
+        redo: list[tuple[JobState, _Kept | None, float]] = []
+        kept_of, running = self._kept.get, JobStatus.RUNNING
+        for js in jobs:  # the loop every call pays per job in the system: kept lean
+            kept = kept_of(js.spec.job_id)
+            if js.status is running or kept is None:
+                redo.append((js, kept, js.progress))
+            elif kept.done == js._progress:  # a waiting job's progress is its stored value
                 out.append(self._refresh(js, kept))
             else:
-                redo.append((js, kept))
-        self.work.prefit([js for js, _ in redo])  # the call's due loss fits in one batched call
-        for js, kept in redo:
-            out.append(self._estimate(js, kept))
+                redo.append((js, kept, js._progress))
+        # the call's due loss fits in one batched call (each job's progress read once)
+        self.work.prefit([js for js, _, _ in redo], [done for _, _, done in redo])
+        for js, kept, done in redo:
+            out.append(self._estimate(js, kept, done))
         return out
 
     def _refresh(self, js: JobState, kept: _Kept) -> Cand:
@@ -126,13 +138,12 @@ class Estimates:
         if len(kept.history) != kept.seen:
             est = max(self.work.remaining(js, kept.done, kept.history), 0.0)
             kept.seen = len(kept.history)
-        model = self.speeds.current(kept.key)
-        if model is not kept.model:
+        if self.speeds.current(kept.key) is not kept.model:
             self._set_model(kept, self.speeds.model(js.spec, kept.key))
         return cand.start_call(est)
 
-    def _estimate(self, js: JobState, kept: _Kept | None) -> Cand:
-        done = js.progress
+    def _estimate(self, js: JobState, kept: _Kept | None, done: float) -> Cand:
+        """A job estimated at its progress `done` (a running job, or one that ran since)."""
         key = kept.key if kept is not None else profile_key(js.spec)
         history = self.work.history_of(key)
         est = max(self.work.remaining(js, done, history), 0.0)
@@ -180,18 +191,18 @@ def rank(cands: list[Cand], order: str) -> None:
     if order == "arrival":
         keys = [0.0] * len(cands)
     else:
-        times = [time_to(c.q, c.f(*c.minimum)) for c in cands]
+        times = [time_to(c.q, c.f_min()) for c in cands]
         finite = [t for t in times if t is not None]
         mid = float(statistics.median(finite)) if finite else 0.0
         keys = [mid if t is None else t for t in times]
     # (key, submit time, index) is unique per job (index), so sorting the tuples is the order
-    ranked = sorted([(k, c.js.spec.submit_time, c.js.index, c) for k, c in zip(keys, cands)], key=_RANK_KEY)
-    cands[:] = [t[3] for t in ranked]
+    ranked = sorted([(k, c.tie, c) for k, c in zip(keys, cands)], key=_RANK_KEY)
+    cands[:] = [t[2] for t in ranked]
     for r, c in enumerate(cands):
         c.rank = r
 
 
-_RANK_KEY = operator.itemgetter(0, 1, 2)
+_RANK_KEY = operator.itemgetter(0, 1)
 
 
 def time_to(q: float, f: float | None) -> float | None:
