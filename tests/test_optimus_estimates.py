@@ -82,3 +82,24 @@ def test_observed_losses_is_each_jobs_observed_loss_whatever_its_curve():
                 for js in jobs]
     assert observed_losses(jobs, 50) == expected
     assert [js.observed_loss(50) for js in jobs] == expected
+
+
+def test_a_live_job_is_fitted_from_the_samples_its_trainer_reported():
+    """The batched prefit reads each job's own `observed_loss`: a live job has no simulated loss
+    curve, only the (step, loss) samples its trainer reported (before, the prefit read only the
+    simulator's curves, so a live Optimus never got a loss fit)."""
+    from dlsched.estimators.convergence_fit import fit_convergence
+    from dlsched.estimators.progress_predictor import LOSS_SAMPLES, RemainingWork
+    from dlsched.live.job_record import LiveJobState
+
+    spec = JobSpec("j7", 0.0, 1e4, model="duration-only", num_workers=1)
+    live = LiveJobState(spec=spec, index=7, clock=Clock(0.0), status=JobStatus.RUNNING)
+    live.samples = [(k, 1.0 / (0.002 * k + 1.0) + 0.05) for k in range(10, 3010, 10)]
+    live._progress = 3000.0
+    assert live.loss_fn is None and live.observed_loss(LOSS_SAMPLES)
+    work = RemainingWork()
+    work.prefit([live])
+    batched = work.fit(live)  # the prefit's fit, not due again
+    alone = fit_convergence(live.observed_loss(LOSS_SAMPLES))
+    assert batched is not None and alone is not None
+    assert (batched.b0, batched.b1, batched.b2) == (alone.b0, alone.b1, alone.b2)
