@@ -207,21 +207,9 @@ class ClusterState:
     def snapshot(self, now: float, events: tuple[str, ...], restart_overhead: float,
                  oracle=None, rng: np.random.Generator | None = None) -> Snapshot:
         """What the policy sees now, with what changed since the previous snapshot."""
-        snap = Snapshot(
-            now=now,
-            cluster=self.cluster,
-            free=self._free_view,
-            pending=self.pending,
-            running=self.running,
-            restart_overhead=restart_overhead,
-            oracle=oracle,
-            rng=rng,
-            events=events,
-            arrived=tuple(self._arrived),
-            finished=tuple(self._finished),
-            stopped=tuple(self._stopped),
-            capacity=self.capacity,
-        )
+        arrived, finished, stopped = self._arrived, self._finished, self._stopped
+        snap = Snapshot(now, self.cluster, self._free_view, self.pending, self.running, restart_overhead, oracle,
+                        rng, events, tuple(arrived), tuple(finished), tuple(stopped), self.capacity)
         self._arrived.clear()
         self._finished.clear()
         self._stopped.clear()
@@ -290,40 +278,43 @@ class ClusterState:
     def _check_capacity(self, plan: Plan, runs: list[Action], stops: list[Action], holds: list[Action],
                         now: float, policy: str) -> None:
         """Per-node capacity after the plan, on the nodes the plan puts something on: the
-        changes are added up per node (a plan changes a few nodes; the cluster may have 10,000)."""
+        changes are added up per node (a plan changes a few nodes; the cluster may have 10,000),
+        then each such node is compared in plain floats — the same sums and comparison as NumPy
+        would do, without building arrays for the one or two nodes a decision usually touches.
+        Only an over-allocation goes through `check_capacity`, which names the node and jobs."""
         delta: dict[int, list[float]] = {}
         touched: set[int] = set()
-
-        def move(js: JobState, alloc: Allocation | None, sign: float) -> None:
-            if alloc is None:
-                return
-            wd, pd = js.spec.worker_demand, js.spec.ps_demand
-            for n, w, p in zip(alloc.nodes, alloc.workers, alloc.ps):
-                d = delta.get(n)
-                if d is None:
-                    d = delta[n] = [0.0, 0.0, 0.0]
-                for r in range(3):
-                    d[r] += sign * (w * wd[r] + p * pd[r])
-                if sign > 0:
-                    touched.add(n)
-
+        jobs = self.jobs
         for a in runs:
-            js = self.jobs[a.job_id]
-            move(js, js.allocation, -1.0)
-            move(js, js.held, -1.0)
-            move(js, a.allocation, 1.0)
+            js = jobs[a.job_id]
+            if js.allocation is not None:
+                _move(delta, js.spec, js.allocation, -1.0)
+            if js.held is not None:
+                _move(delta, js.spec, js.held, -1.0)
+            touched.update(_move(delta, js.spec, a.allocation, 1.0))
         for a in stops:
-            js = self.jobs[a.job_id]
-            move(js, js.allocation, -1.0)
+            js = jobs[a.job_id]
+            if js.allocation is not None:
+                _move(delta, js.spec, js.allocation, -1.0)
         for a in holds:
-            js = self.jobs[a.job_id]
-            move(js, js.held, -1.0)
-            move(js, a.allocation, 1.0)
-        if touched:
-            nodes = np.fromiter(sorted(touched), dtype=np.int64, count=len(touched))
-            after = self.used[nodes] + np.array([delta[n] for n in nodes.tolist()])
-            check_capacity(policy, now, self.cluster, after, nodes, _holders_after(plan, self.running),
-                           capacity=self.capacity)
+            js = jobs[a.job_id]
+            if js.held is not None:
+                _move(delta, js.spec, js.held, -1.0)
+            if a.allocation is not None:
+                touched.update(_move(delta, js.spec, a.allocation, 1.0))
+        used, cap = self.used, self.capacity
+        for n in touched:
+            d0, d1, d2 = delta[n]
+            u0, u1, u2 = used[n].tolist()
+            c0, c1, c2 = cap[n].tolist()
+            if u0 + d0 > c0 + 1e-6 or u1 + d1 > c1 + 1e-6 or u2 + d2 > c2 + 1e-6:
+                break
+        else:
+            return
+        nodes = np.fromiter(sorted(touched), dtype=np.int64, count=len(touched))
+        after = self.used[nodes] + np.array([delta[n] for n in nodes.tolist()])
+        check_capacity(policy, now, self.cluster, after, nodes, _holders_after(plan, self.running),
+                       capacity=self.capacity)
 
     def apply(self, action: Action, now: float) -> JobState:
         """The lifecycle part of one Action (the driver does the rest: rates, processes)."""
@@ -337,6 +328,20 @@ class ClusterState:
         else:
             self.end(js, now, JobStatus.REJECTED, action.reason)
         return js
+
+
+def _move(delta: dict[int, list[float]], spec: JobSpec, alloc: Allocation, sign: float) -> tuple[int, ...]:
+    """Add (sign 1) or take away (sign -1) an allocation's use in `delta` {node: [gpu, cpu, mem]};
+    returns its nodes."""
+    wd, pd = spec.worker_demand, spec.ps_demand
+    for n, w, p in zip(alloc.nodes, alloc.workers, alloc.ps):
+        d = delta.get(n)
+        if d is None:
+            d = delta[n] = [0.0, 0.0, 0.0]
+        d[0] += sign * (w * wd[0] + p * pd[0])
+        d[1] += sign * (w * wd[1] + p * pd[1])
+        d[2] += sign * (w * wd[2] + p * pd[2])
+    return alloc.nodes
 
 
 def _holders_after(plan: Plan, running: dict[str, JobState]) -> Callable[[int], list[str]]:
