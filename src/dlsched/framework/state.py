@@ -55,6 +55,7 @@ class ClusterState:
         self.busy_gpus = 0.0
         self.held_gpus = 0.0
         self.ended = 0  # jobs that reached a terminal state
+        self._runs = 0  # runs begun: a job's `_run_seq` is its place in `running`'s order
         self._arrived: list[JobState] = []
         self._finished: list[JobState] = []
         self._stopped: list[JobState] = []
@@ -84,6 +85,8 @@ class ClusterState:
         if not was_running:
             del self.pending[js.job_id]
             self.running[js.job_id] = js
+            self._runs += 1
+            js._run_seq = self._runs
         js.status = JobStatus.RUNNING
         js.allocation = alloc
         js.alloc_gpus = alloc.num_workers * js.spec.worker_demand[GPU]
@@ -247,8 +250,9 @@ class ClusterState:
                 if jid not in running or jid in plan.allocations:
                     raise PlanError(f"policy {policy!r} at t={now:.1f}: only a running job the plan does not "
                                     f"place can be preempted, not {jid!r}")
-            # in the order the jobs started running (a set's order would vary from run to run)
-            stops = [Action(Kind.STOP, jid) for jid in running if jid in plan.preempt] if plan.preempt else []
+            # in the order the jobs started running, i.e. `running`'s order (a set's order would vary
+            # from run to run), found without walking every running job
+            stops = [Action(Kind.STOP, jid) for jid in sorted(plan.preempt, key=lambda j: running[j]._run_seq)]
         else:
             stops = [Action(Kind.STOP, jid) for jid in running if jid not in plan.allocations]
         holds: list[Action] = []
