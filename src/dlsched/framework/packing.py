@@ -49,21 +49,24 @@ def best_whole_node(free: np.ndarray, total: np.ndarray) -> int | None:
     The fit test is one 2-D pass up to SMALL nodes and column by column above (there a reduction
     along the 3-wide axis costs more than three comparisons); both give the same candidates."""
     if len(free) <= SMALL:
-        cand = np.flatnonzero((free + _EPS >= total).all(axis=1))
+        fits = free + _EPS >= total
+        ok = fits[:, 0] & fits[:, 1]  # what .all(axis=1) gives, in fewer NumPy steps
+        ok &= fits[:, 2]
     else:
         ok = free[:, 0] + _EPS >= total[0]
         ok &= free[:, 1] + _EPS >= total[1]
         ok &= free[:, 2] + _EPS >= total[2]
-        cand = np.flatnonzero(ok)
+    cand = ok.nonzero()[0]
     if not len(cand):
         return None
     # least GPU left, then least CPU left, then the lowest index: narrowing column by column is
     # what a lexsort of (index, CPU left, GPU left) picks, without sorting
-    for r in (0, 1):
-        left = free[cand, r] - total[r]
-        cand = cand[left == left.min()]
-        if len(cand) == 1:
-            break
+    t0, t1, _ = total.tolist()
+    left = free[cand, 0] - t0
+    cand = cand[left == np.minimum.reduce(left)]
+    if len(cand) > 1:
+        left = free[cand, 1] - t1
+        cand = cand[left == np.minimum.reduce(left)]
     return int(cand[0])
 
 

@@ -176,8 +176,9 @@ class ClusterState:
 
     def _use(self, spec: JobSpec, alloc: Allocation, sign: float) -> None:
         add_use(self.used, spec, alloc, sign)
-        for n in alloc.nodes:
-            self._refresh(n)
+        capacity, used, free = self.capacity, self.used, self.free
+        for n in alloc.nodes:  # `_refresh` of each node, inlined: this runs on every start and stop
+            np.subtract(capacity[n], used[n], out=free[n])
 
     def _refresh(self, node: int) -> None:
         np.subtract(self.capacity[node], self.used[node], out=self.free[node])

@@ -14,6 +14,7 @@ and wait again) or joining.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 from array import array
@@ -118,6 +119,19 @@ class Simulator:
         still sets the triggers (`on_events`, `interval`) and is reset before the run.
         """
         arrivals = self._setup(jobs, node_events)
+        # The jobs, their states and the trace live for the whole run: the collector need not scan
+        # them again on every full collection (on 40k Philly jobs under fifo that scanning was ~7%
+        # of the run). Skipped when someone else froze objects already; undone when the run ends.
+        froze = gc.get_freeze_count() == 0
+        if froze:
+            gc.freeze()
+        try:
+            return (yield from self._loop(arrivals))
+        finally:
+            if froze:
+                gc.unfreeze()
+
+    def _loop(self, arrivals: list[JobState]) -> Generator[Snapshot, Plan, SimResult]:
         state, trig, cfg, name = self.state, self.triggers, self.config, self.policy.name
         n, idle_calls, end_reason, t = len(arrivals), 0, "", trig.t0
         arrival_at, node_event_at, heap = self._arrival_at, self._node_event_at, self.heap
