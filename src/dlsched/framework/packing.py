@@ -84,13 +84,16 @@ def pack(
         return None
     wd, pd = np.asarray(wd), np.asarray(pd)
     w_fit = fit_count(avail, wd)
-    if int(np.minimum(w_fit, workers).sum()) < workers:
+    capped = np.minimum(w_fit, workers)
+    if int(capped.sum()) < workers:
         return None
     # Fill the roomiest nodes first, preferring the rack with the most room so the job stays
     # rack-local when it can.
-    rack_room = np.bincount(cluster.rack, weights=np.minimum(w_fit, workers))
+    rack_room = np.bincount(cluster.rack, weights=capped)
     order = np.flatnonzero(w_fit > 0)  # a node with no room is never used: sort only the others
     order = order[np.lexsort((order, -w_fit[order], -rack_room[cluster.rack[order]]))]
+    if not ps:
+        return _workers_in_order(order.tolist(), w_fit.tolist(), workers)
     w_counts = np.zeros(len(w_fit), dtype=np.int64)
     p_counts = np.zeros(len(w_fit), dtype=np.int64)
     left_w, left_p = workers, ps
@@ -124,6 +127,21 @@ def pack(
         if left_p:
             return None
     return Allocation.from_counts(w_counts, p_counts)
+
+
+def _workers_in_order(order: list[int], fit: list[int], workers: int) -> Allocation:
+    """`pack`'s walk when there are no PSs, in plain Python: each node in `order` takes as many
+    of the workers still to place as fit there (the caller checked that all of them fit)."""
+    placed: dict[int, int] = {}
+    left = workers
+    for n in order:
+        k = fit[n] if fit[n] < left else left
+        placed[n] = k
+        left -= k
+        if not left:
+            break
+    nodes = sorted(placed)
+    return Allocation(tuple(nodes), tuple(placed[n] for n in nodes), (0,) * len(nodes))
 
 
 def keep_if_fits(job: JobState, free: np.ndarray) -> Allocation | None:
