@@ -79,7 +79,6 @@ class JobState:
     _held_gpu_seconds: float = 0.0
     _node_seconds: float = 0.0
     _waited: float = 0.0
-    _run_seq: int = 0  # the core's count of runs begun when this run began (orders `running`)
 
     # --- continuously growing quantities ---------------------------------------------------
     def _elapsed(self) -> float:
