@@ -3,9 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
+
+
+class _once:
+    """`functools.cached_property` without the lock Python 3.11 takes on each first read (3.12
+    dropped it): the core reads the sizes of every allocation it starts once at least."""
+
+    def __init__(self, fn):
+        self.fn, self.name = fn, fn.__name__
+
+    def __get__(self, obj, cls=None):
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.fn(obj)
+        return value
 
 
 @dataclass(frozen=True)
@@ -43,11 +56,11 @@ class Allocation:
 
     # cached: a realiser compares every running job's size on every decision (tens of millions of
     # reads on a full trace); the tuples never change, and the cache is not part of equality
-    @cached_property
+    @_once
     def num_workers(self) -> int:
         return sum(self.workers)
 
-    @cached_property
+    @_once
     def num_ps(self) -> int:
         return sum(self.ps)
 

@@ -15,6 +15,7 @@ from dlsched.core.errors import ConfigError
 #: Happenings that ask a policy that decides on events. A node's speed changing is not one: it
 #: frees nothing, and a policy that cares sees it in measured rates at its next decision.
 EVENT_KINDS = frozenset({"arrival", "completion", "failure", "node"})
+_REASONS: dict[frozenset[str], tuple[str, ...]] = {}  # a set of reasons -> its sorted tuple
 
 
 class Triggers:
@@ -33,15 +34,22 @@ class Triggers:
 
     def due(self, now: float, happened: set[str]) -> tuple[str, ...] | None:
         """The reasons to ask the policy at `now`, or None when it is not to be asked."""
-        reasons = set(happened)
+        timer = False
         if self.next_tick <= now:
-            reasons.add("tick")
+            happened = happened | {"tick"}
             self.next_tick = self._grid_after(now)
+            timer = True
         if self.wake <= now:
-            reasons.add("wake")
+            happened = happened | {"wake"}
             self.wake = math.inf
-        ask = bool(reasons & {"tick", "wake"}) or (self.on_events and bool(reasons & EVENT_KINDS))
-        return tuple(sorted(reasons)) if ask else None
+            timer = True
+        if not (timer or (self.on_events and not EVENT_KINDS.isdisjoint(happened))):
+            return None
+        key = frozenset(happened)
+        reasons = _REASONS.get(key)
+        if reasons is None:  # a handful of combinations occur: each sorted once
+            reasons = _REASONS[key] = tuple(sorted(key))
+        return reasons
 
     def wake_at(self, when: float | None, now: float) -> None:
         """Remember the plan's wake-up time (it replaces the previous one)."""

@@ -17,18 +17,18 @@ def check_shape(policy: str, now: float, spec: JobSpec, alloc: Allocation, clust
 
     if not isinstance(alloc, Allocation):
         raise PlanError(f"{where()}: allocation must be an Allocation, got {type(alloc).__name__}")
-    n = cluster.num_nodes
-    for node, w, p in zip(alloc.nodes, alloc.workers, alloc.ps):
+    n, gpu_type, nodes = cluster.num_nodes, spec.gpu_type, alloc.nodes
+    for node, w, p in zip(nodes, alloc.workers, alloc.ps):
         if not 0 <= node < n:
             raise PlanError(f"{where()}: node index {node} is not in the cluster (0..{n - 1})")
         if w < 0 or p < 0:
             raise PlanError(f"{where()}: negative task count on node {cluster.node_names[node]}")
-        if spec.gpu_type and w and cluster.gpu_type[node] != spec.gpu_type:
+        if gpu_type and w and cluster.gpu_type[node] != gpu_type:
             raise PlanError(
-                f"{where()}: needs GPU type {spec.gpu_type} but node {cluster.node_names[node]} "
+                f"{where()}: needs GPU type {gpu_type} but node {cluster.node_names[node]} "
                 f"has {cluster.gpu_type[node]}"
             )
-    if len(set(alloc.nodes)) != len(alloc.nodes):
+    if len(nodes) > 1 and len(set(nodes)) != len(nodes):
         raise PlanError(f"{where()}: a node appears twice in the allocation")
     if not gang:
         return
