@@ -218,15 +218,15 @@ def observed_losses(jobs: list[JobState], points: int = 20) -> list[list[tuple[f
 
 def observed_loss_arrays(jobs: list[JobState], points: int = 20) -> list[tuple[np.ndarray, np.ndarray] | None]:
     """Each job's logged (iterations, losses) as two arrays, None before it has run. A job class
-    with its own `observed_loss` (a live job: the samples its trainer reported) is asked for it;
-    otherwise the simulator's loss curve is sampled. Curves whose
+    with its own `observed_loss` (a live job: the samples its trainer reported; its class sets
+    `reports_loss`) is asked for it; otherwise the simulator's loss curve is sampled. Curves whose
     class offers `sample_many(curves, ks)` (the simulator's) are sampled together in one NumPy
     pass: a scheduler refitting many jobs at once would otherwise pay one Python call per sample
     (50 per fit); a fit reads the arrays as they are (no pairs to build and convert back)."""
     out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(jobs)
     batches: dict[Callable, list[tuple[int, float]]] = {}
     for i, js in enumerate(jobs):
-        if type(js).observed_loss is not JobState.observed_loss:  # a live job reports its own samples
+        if getattr(js, "reports_loss", False):  # a live job: the samples its trainer reported
             pairs = js.observed_loss(points)
             out[i] = (np.array([k for k, _ in pairs], dtype=float),
                       np.array([v for _, v in pairs], dtype=float)) if pairs else None

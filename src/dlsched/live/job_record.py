@@ -8,7 +8,7 @@ import json
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
@@ -23,6 +23,8 @@ from dlsched.trainer.protocol import is_done, read_done
 @dataclass(eq=False)
 class LiveJobState(JobState):
     """A JobState whose loss samples come from the trainer instead of a simulated curve."""
+
+    reports_loss: ClassVar[bool] = True  # `observed_loss_arrays` asks `observed_loss`, not a curve
 
     train_job: TrainJob | None = None
     samples: list[tuple[int, float]] = field(default_factory=list)
