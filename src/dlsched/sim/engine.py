@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Generator, Literal, Sequence
 
 import numpy as np
@@ -33,7 +33,7 @@ from dlsched.framework.state import ClusterState
 from dlsched.framework.triggers import Triggers
 from dlsched.sim.config import SimConfig
 from dlsched.sim.convergence import loss_curve
-from dlsched.sim.results import SimResult
+from dlsched.sim.results import JobTable, SimResult, Timeline
 from dlsched.throughput.base import ThroughputModel
 
 
@@ -45,27 +45,6 @@ class NodeEvent:
     node: int
     kind: Literal["speed", "fail", "join"]
     speed: float | None = None
-
-
-@dataclass
-class _Timeline:
-    """Step functions sampled at every change: time, GPUs allocated, GPUs making progress, queue."""
-
-    t: list[float] = field(default_factory=list)
-    used_gpus: list[float] = field(default_factory=list)
-    busy_gpus: list[float] = field(default_factory=list)
-    held_gpus: list[float] = field(default_factory=list)
-    queue: list[int] = field(default_factory=list)
-    running: list[int] = field(default_factory=list)
-
-    def record(self, t: float, used: float, busy: float, held: float, queue: int, running: int) -> None:
-        if self.t and self.t[-1] == t:
-            self.used_gpus[-1], self.busy_gpus[-1], self.held_gpus[-1] = used, busy, held
-            self.queue[-1], self.running[-1] = queue, running
-            return
-        for col, v in zip((self.t, self.used_gpus, self.busy_gpus, self.held_gpus, self.queue, self.running),
-                          (t, used, busy, held, queue, running)):
-            col.append(v)
 
 
 class Simulator:
@@ -106,9 +85,10 @@ class Simulator:
         """
         arrivals = self._setup(jobs, node_events)
         state, trig, cfg, name = self.state, self.triggers, self.config, self.policy.name
+        submit = [jobs[i].submit_time for i in arrivals]
         n, idle_calls, end_reason, t = len(arrivals), 0, "", trig.t0
         while self._cursor < n or state.pending or state.running:
-            t = min(arrivals[self._cursor].spec.submit_time if self._cursor < n else math.inf,
+            t = min(submit[self._cursor] if self._cursor < n else math.inf,
                     self.heap[0][0] if self.heap else math.inf, self._next_node_event(), trig.next_time())
             if t == math.inf:
                 break
@@ -133,7 +113,7 @@ class Simulator:
                 # nothing runs: jump idle ticks to the next arrival, unless jobs wait for a policy
                 # asked only on its grid (DL2's slots): their next tick is when they can start
                 if trig.on_events or not state.pending:
-                    trig.skip_to(arrivals[self._cursor].spec.submit_time)
+                    trig.skip_to(submit[self._cursor])
             elif state.pending:  # nothing runs or will arrive: only a policy timer can help, a few times
                 idle_calls += 1
                 if (trig.wake == math.inf and not trig.interval) or idle_calls > 100:
@@ -144,7 +124,8 @@ class Simulator:
         return self._finish(t, end_reason, arrivals[self._cursor:])
 
     # ------------------------------------------------------------------ setup and events
-    def _setup(self, jobs: Sequence[JobSpec], node_events: Sequence[NodeEvent]) -> list[JobState]:
+    def _setup(self, jobs: Sequence[JobSpec], node_events: Sequence[NodeEvent]) -> list[int]:
+        """Check the inputs and reset; return the jobs' indices in arrival order."""
         ids = [j.job_id for j in jobs]
         if len(set(ids)) != len(ids):
             dup = next(i for i in ids if ids.count(i) > 1)
@@ -161,10 +142,10 @@ class Simulator:
                                   "kind speed (with a speed > 0), fail or join")
         cfg = self.config
         self.clock = Clock(0.0)
-        self.states = [JobState(spec=s, index=i, clock=self.clock) for i, s in enumerate(jobs)]
+        # JobStates only of jobs in the system, by index: an ended job's row goes to the table and
+        # its JobState is let go, so memory follows the jobs in the system, not the whole trace
+        self.jobs, self.live, self.table = jobs, {}, JobTable(self.throughput)
         order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_time, i))
-        for rank, i in enumerate(order):
-            self.states[i].rank = rank
         self.state = ClusterState(self.cluster, self.clock, cfg.startup_overhead, cfg.restart_overhead)
         self.speed = self.cluster.speed.astype(float).copy()  # true speed factors, changed by node events
         self.node_events = sorted(node_events, key=lambda e: e.time)
@@ -173,37 +154,51 @@ class Simulator:
         self.rng = np.random.default_rng(cfg.seed)
         self.heap: list[tuple[float, int, int, int]] = []  # (completion time, seq, job index, version)
         self.seq = 0
-        self.timeline = _Timeline()
+        self.timeline = Timeline()
         self.policy_calls = 0
         self.policy.reset(self.cluster, cfg.seed)
         t0 = jobs[order[0]].submit_time if jobs else 0.0
         self.triggers = Triggers(self.policy.on_events, self.policy.interval, t0, self.policy.name)
-        return [self.states[i] for i in order]
+        return order
 
     def _next_node_event(self) -> float:
         return self.node_events[self._node_cursor].time if self._node_cursor < len(self.node_events) else math.inf
 
-    def _events_at(self, t: float, arrivals: list[JobState]) -> set[str]:
+    def _events_at(self, t: float, arrivals: list[int]) -> set[str]:
         """Carry out everything that happens at `t`; return the kinds of what happened."""
         happened: set[str] = set()
         state = self.state
-        while self._cursor < len(arrivals) and arrivals[self._cursor].spec.submit_time <= t:
-            js = arrivals[self._cursor]
-            if not state.arrive(js, t):
+        while self._cursor < len(arrivals) and self.jobs[arrivals[self._cursor]].submit_time <= t:
+            js = self._state_of(arrivals[self._cursor], self._cursor)
+            self.live[js.index] = js
+            if state.arrive(js, t):
+                self._ended(js)
+            else:
                 js.loss_fn = loss_curve(js.job_id, js.spec.iterations, self.config.seed, self.config.loss_noise)
             self._cursor += 1
             happened.add("arrival")
         while self.heap and self.heap[0][0] <= t:
             _, _, idx, version = heapq.heappop(self.heap)
-            js = self.states[idx]
-            if version == js.version and js.status is JobStatus.RUNNING:
+            js = self.live.get(idx)
+            if js is not None and version == js.version and js.status is JobStatus.RUNNING:
                 state.end(js, t, JobStatus.DONE)
+                self._ended(js)
                 happened.add("completion")
         while self._next_node_event() <= t:
             ev = self.node_events[self._node_cursor]
             self._node_cursor += 1
             happened.add(self._node_event(ev, t))
         return happened
+
+    def _state_of(self, index: int, rank: int) -> JobState:
+        return JobState(spec=self.jobs[index], index=index, clock=self.clock, rank=rank)
+
+    def _ended(self, js: JobState) -> None:
+        """A job ended for good: its row is final, so it goes to the table and its JobState goes
+        (the core forgets it too, as the live controller does with ended jobs)."""
+        self.table.add(js)
+        del self.live[js.index]
+        self.state.jobs.pop(js.job_id, None)
 
     def _node_event(self, ev: NodeEvent, t: float) -> str:
         state = self.state
@@ -231,6 +226,8 @@ class Simulator:
             if a.kind in (Kind.START, Kind.RESIZE):
                 self._run(js, a.allocation)
                 started = True
+            elif a.kind is Kind.REJECT:
+                self._ended(js)
         return started
 
     def _run(self, js: JobState, alloc: Allocation) -> None:
@@ -251,7 +248,7 @@ class Simulator:
         self.timeline.record(t, s.busy_gpus + s.held_gpus, s.busy_gpus, s.held_gpus, len(s.pending), len(s.running))
 
     # ------------------------------------------------------------------ end
-    def _finish(self, t: float, reason: str, never_arrived: list[JobState]) -> SimResult:
+    def _finish(self, t: float, reason: str, never_arrived: list[int]) -> SimResult:
         self.clock.now = t
         for js in list(self.state.running.values()) + list(self.state.pending.values()):
             was = js.status
@@ -262,14 +259,17 @@ class Simulator:
                 js.reason = "still waiting when the run ended"
             elif was is JobStatus.RUNNING and js.rate <= 0:
                 js.reason = "its allocation makes no progress (the throughput model gives 0 iterations/s there)"
-        for js in never_arrived:
+            self.table.add(js)
+        for rank, i in enumerate(never_arrived, start=self._cursor):
+            js = self._state_of(i, rank)
             js.status = JobStatus.UNFINISHED
             js.reason = reason or "not submitted before the run ended"
+            self.table.add(js)
         self._record(t)
         return SimResult.build(
             policy=self.policy.name,
             cluster=self.cluster,
-            states=self.states,
+            states=self.table,
             timeline=self.timeline,
             end_time=t,
             policy_calls=self.policy_calls,
