@@ -176,14 +176,24 @@ def _opt(arr: np.ndarray, cast) -> list:
     return [None if x != x else cast(x) for x in arr.tolist()]
 
 
+#: Rows turned into JobSpecs at a time: the per-column Python lists are made a chunk at a time.
+CHUNK = 20_000
+
+
 def build_jobs(df: pd.DataFrame, log: ProblemLog) -> list[JobSpec]:
     """JobSpecs for a finalized frame; any row JobSpec still refuses is reported by line.
 
-    Values a trace repeats (model, queue, user, GPU type, demands) are shared between jobs, not
-    one copy per job: a million-job trace holds every JobSpec for the whole run."""
-    n = len(df)
-    if n == 0:
-        return []
+    Memory: a million-job trace holds every JobSpec for the whole run, so values a trace repeats
+    (model, queue, user, GPU type, demands) are shared between jobs, not one copy per job, and
+    the rows are converted `CHUNK` at a time (a Python list per column of the whole frame was
+    ~500 bytes a job on top of the specs at the peak of loading)."""
+    jobs: list[JobSpec] = []
+    for start in range(0, len(df), CHUNK):
+        jobs.extend(_build_chunk(df.iloc[start:start + CHUNK], log))
+    return jobs
+
+
+def _build_chunk(df: pd.DataFrame, log: ProblemLog) -> list[JobSpec]:
     by_name = {a.value: a for a in Architecture}
     arch = [by_name[a] for a in df["arch"].tolist()]
     wd = [demand_tuple(t) for t in zip(*(df[c].to_numpy(dtype=float).tolist()
