@@ -22,7 +22,9 @@ timeout reported as "> T s" instead of hanging). Parts (--part, repeatable; defa
   million     synthetic 1,000,000 jobs on 100,000 GPUs (12,500 x 8): (GPU count, duration) pairs
               drawn with replacement from the Philly trace (seeded), Poisson arrivals at an offered
               load of --million-load (default 0.6, Philly's own on the `philly` preset) of the
-              cluster. Goal: fifo <= 600 s, peak RSS reported.
+              cluster. Goal: fifo <= 600 s, bounded memory: peak RSS reported, and with several
+              sizes (--million-jobs 100000,200000) the RSS slope in bytes per job between them and
+              the peak it implies at 1,000,000 jobs ("load MB" is the peak once the trace is loaded).
 
 Revisions: the working tree (PYTHONPATH=<this repo>/src) is measured as "current". --rev GITREV
 also measures GITREV from a `git worktree` under /tmp, alternately with "current" run by run,
@@ -56,6 +58,7 @@ import csv
 import json
 import os
 import platform
+import resource
 import shutil
 import signal
 import subprocess
@@ -132,12 +135,13 @@ def work_dlsched(spec: dict) -> dict:
     if spec.get("time_rounds"):
         _time_schedule(policy, samples)
     load_s = time.perf_counter() - t0
+    load_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the input's share of the peak
     t1, c1 = time.perf_counter(), time.process_time()
     r = simulate(wl.jobs, cluster, policy, throughput, sim,
                  on_progress=_progress(spec["policy"], len(wl.jobs)))
     sim_s, sim_cpu_s = time.perf_counter() - t1, time.process_time() - c1
     s = r.summary
-    out = dict(dlsched=str(Path(dlsched.__file__).parent), load_s=load_s, sim_s=sim_s, sim_cpu_s=sim_cpu_s, jobs=len(wl.jobs),
+    out = dict(dlsched=str(Path(dlsched.__file__).parent), load_s=load_s, load_rss_mb=load_rss_mb, sim_s=sim_s, sim_cpu_s=sim_cpu_s, jobs=len(wl.jobs),
                gpus=int(cluster.total_gpus), finished=s.get("finished"), mean_jct=s.get("mean_jct"),
                decisions=s.get("policy_calls"))
     if spec.get("time_rounds"):
@@ -373,10 +377,11 @@ def part_pai(a):
 
 
 def part_million(a):
-    jobs, gpus = (20000, 2000) if a.quick else (a.million_jobs, a.million_gpus)
-    trace, cluster = million_inputs(jobs, gpus, a.million_load, 0)
-    spec = dict(kind="dlsched", trace=str(trace), trace_format="dlsched", cluster=str(cluster), policy="fifo")
-    yield spec, dict(part="million", policy="fifo", goal="sim <= 600 s", goal_s=600.0)
+    sizes, gpus = ([10000, 20000], 2000) if a.quick else (a.million_jobs, a.million_gpus)
+    for jobs in sizes:
+        trace, cluster = million_inputs(jobs, gpus, a.million_load, 0)
+        spec = dict(kind="dlsched", trace=str(trace), trace_format="dlsched", cluster=str(cluster), policy="fifo")
+        yield spec, dict(part="million", policy="fifo", goal="sim <= 600 s", goal_s=600.0, size=jobs)
 
 
 PART_FN = {"full-trace": part_full_trace, "round": part_round, "doubling": part_doubling, "pai": part_pai,
@@ -403,6 +408,16 @@ def judge(rows: list[dict]) -> None:
                 r["met"] = "yes" if r["p99_ms"] <= r["goal_ms"] else "no"
             else:
                 r["measured"], r["met"] = f"no round with enough jobs ({r['rounds_total']} rounds)", "?"
+    for r in rows:  # million: the peak RSS per job between consecutive sizes, and what it implies at 1M
+        if r["part"] != "million" or r["status"] != "ok":
+            continue
+        prev = [x for x in rows if x["part"] == "million" and x["target"] == r["target"] and x["status"] == "ok"
+                and x["size"] < r["size"]]
+        if prev and r.get("rss_mb"):
+            p = max(prev, key=lambda x: x["size"])
+            slope = r["bytes_per_job"] = (r["rss_mb"] - p["rss_mb"]) * 2**20 / (r["size"] - p["size"])
+            r["rss_1m_mb"] = r["rss_mb"] + slope * (1_000_000 - r["size"]) / 2**20
+            r["measured"] += f"; RSS +{slope:,.0f} B/job over {p['size']:,} (1M jobs: ~{r['rss_1m_mb']:,.0f} MB)"
     for r in rows:  # doubling ratios, per target and policy
         if r["part"] != "doubling" or r["status"] != "ok":
             continue
@@ -475,7 +490,8 @@ def print_table(rows: list[dict]) -> None:
             if a["status"] == "ok" and b["status"] == "ok":
                 m = "p99_ms" if k[0] == "round" else "sim_s"
                 if a.get(m) and b.get(m):
-                    print(f"  {k[0]:<10} {k[1]:<16} {'' if k[2] is None else k[2]:>6} {a[m] / b[m]:8.2f}x")
+                    rss = f"   peak RSS {a['rss_mb']:,.0f} / {b['rss_mb']:,.0f} MB" if k[0] == "million" else ""
+                    print(f"  {k[0]:<10} {k[1]:<16} {'' if k[2] is None else k[2]:>6} {a[m] / b[m]:8.2f}x{rss}")
             else:
                 print(f"  {k[0]:<10} {k[1]:<16} {'' if k[2] is None else k[2]:>6}  {a['status']} / {b['status']}")
 
@@ -508,7 +524,8 @@ def main() -> None:
     ap.add_argument("--policies", default=",".join(ALL_POLICIES), help="policies for full-trace and round")
     ap.add_argument("--doubling-policies", default="fifo,tiresias")
     ap.add_argument("--doubling-sizes", default="10000,20000,40000", help="Philly prefix sizes (each 2x the last)")
-    ap.add_argument("--million-jobs", type=int, default=1_000_000)
+    ap.add_argument("--million-jobs", default="1000000",
+                    help="job counts of the million part, comma-separated (RSS per job between them)")
     ap.add_argument("--million-gpus", type=int, default=100_000)
     ap.add_argument("--million-load", type=float, default=0.6, help="offered load (GPU-seconds / capacity)")
     ap.add_argument("--pai-sim", help="the PAI simulator folder (cluster-trace-gpu-v2020/simulator); pai is skipped without it")
@@ -522,6 +539,7 @@ def main() -> None:
     a.policies = [p.strip() for p in a.policies.split(",") if p.strip()]
     a.doubling_policies = [p.strip() for p in a.doubling_policies.split(",") if p.strip()]
     a.doubling_sizes = [int(x) for x in a.doubling_sizes.split(",")]
+    a.million_jobs = [int(x) for x in str(a.million_jobs).split(",")]
     if a.quick:
         a.doubling_sizes = [500, 1000, 2000]
         a.timeout = min(a.timeout, 300.0)

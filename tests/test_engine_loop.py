@@ -21,7 +21,7 @@ from dlsched.framework import packing
 from dlsched.framework.actions import Kind
 from dlsched.framework.state import ClusterState
 from dlsched.policies.fifo import fifo
-from dlsched.sim.engine import Simulator, _Timeline
+from dlsched.sim.engine import Simulator
 from dlsched.throughput.duration_only import DurationOnly
 
 
@@ -107,16 +107,6 @@ def test_preemptions_come_in_the_order_jobs_started_running():
     plan = Plan(allocations={}, keep_running=True, preempt={"j0", "j1", "j3", "j4"})
     stops = [a.job_id for a in state.diff(plan, 3.0, "test") if a.kind is Kind.STOP]
     assert stops == [jid for jid in state.running if jid in plan.preempt] == ["j3", "j4", "j1", "j0"]
-
-
-def test_timeline_keeps_one_sample_per_time_with_numpy_columns():
-    tl = _Timeline()
-    tl.record(0.0, 1.0, 1.0, 0.0, 3, 1)
-    tl.record(0.0, 2.0, 2.0, 0.0, 2, 2)  # same time: replaces the sample
-    tl.record(5.0, 0.0, 0.0, 0.0, 0, 0)
-    assert len(tl) == 2
-    assert tl.t.tolist() == [0.0, 5.0] and tl.used_gpus.tolist() == [2.0, 0.0] and tl.queue.tolist() == [2, 0]
-    assert tl.t.dtype == np.float64 and tl.queue.dtype == np.int64 and tl.running.dtype == np.int64
 
 
 def test_a_run_leaves_the_collector_as_it_found_it():

@@ -16,6 +16,11 @@ from dlsched.traces import Workload, default_workload, load_trace, trace_info, v
 from dlsched.traces import frame as frame_mod
 
 
+def _fields(spec: JobSpec) -> dict:
+    """A JobSpec's fields by name (JobSpec is slotted: no __dict__)."""
+    return {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+
+
 def _jobs() -> list[JobSpec]:
     return [
         JobSpec("a", 0.0, 120.0, duration=120.0),
@@ -35,7 +40,7 @@ def test_round_trip_is_exact(tmp_path):
     assert (back.name, back.cluster, back.attribution, back.dropped, back.notes) == (
         "mine", "itp-small", "me", {"zero_gpus": 2}, ["n1"],
     )  # fmt: skip
-    assert [j.__dict__ for j in back.jobs] == [j.__dict__ for j in w.jobs]
+    assert [_fields(j) for j in back.jobs] == [_fields(j) for j in w.jobs]
 
 
 def test_unwritable_utility_is_reported(tmp_path):
@@ -91,10 +96,19 @@ def test_fast_build_matches_the_constructor(tmp_path, monkeypatch):
     fast = load_trace(tmp_path / "w.csv").jobs
     monkeypatch.setattr(frame_mod, "_KNOWN_FIELDS", set())  # as if JobSpec had changed
     slow = load_trace(tmp_path / "w.csv").jobs
-    assert [j.__dict__ for j in fast] == [j.__dict__ for j in slow]
+    assert [_fields(j) for j in fast] == [_fields(j) for j in slow]
     for j in fast:  # and both equal what JobSpec itself makes of the same fields
         rebuilt = JobSpec(**{f.name: getattr(j, f.name) for f in dataclasses.fields(JobSpec)})
-        assert rebuilt.__dict__ == j.__dict__
+        assert _fields(rebuilt) == _fields(j)
+
+
+def test_jobs_built_a_chunk_at_a_time_are_the_same(tmp_path, monkeypatch):
+    w = Workload("mine", _jobs(), "test", "")
+    write_trace(w, tmp_path / "w.csv")
+    whole = load_trace(tmp_path / "w.csv").jobs
+    monkeypatch.setattr(frame_mod, "CHUNK", 2)
+    chunked = load_trace(tmp_path / "w.csv").jobs
+    assert len(whole) > 2 and [_fields(j) for j in chunked] == [_fields(j) for j in whole]
 
 
 def test_default_workload_needs_no_shared_traces(monkeypatch, tmp_path):

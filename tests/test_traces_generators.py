@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections import Counter
@@ -12,6 +13,11 @@ import pytest
 from dlsched.core.errors import ConfigError, TraceError
 from dlsched.paths import traces_dir
 from dlsched.traces import dl2_workload, load_trace, synthetic_workload, validate_trace
+
+
+def _fields(spec) -> dict:
+    """A JobSpec's fields by name (JobSpec is slotted: no __dict__)."""
+    return {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
 
 
 @pytest.fixture
@@ -28,7 +34,7 @@ def _slots(w, slot=1200.0):
 
 def test_dl2_is_deterministic_per_seed(constants):
     a, b = dl2_workload(seed=3), dl2_workload(seed=3)
-    assert [j.__dict__ for j in a.jobs] == [j.__dict__ for j in b.jobs]
+    assert [_fields(j) for j in a.jobs] == [_fields(j) for j in b.jobs]
     c = dl2_workload(seed=4)
     assert [(j.model, j.submit_time) for j in a.jobs] != [(j.model, j.submit_time) for j in c.jobs]
 
@@ -95,7 +101,7 @@ def test_synthetic_poisson_rate_and_determinism():
     assert abs(gaps.mean() - 100.0) < 5.0  # mean gap 1/rate; std error 100/sqrt(4000) = 1.6
     assert abs(gaps.std() / gaps.mean() - 1.0) < 0.08  # exponential: coefficient of variation 1
     again = synthetic_workload(4000, rate=0.01, seed=5)
-    assert [j.__dict__ for j in w.jobs] == [j.__dict__ for j in again.jobs]
+    assert [_fields(j) for j in w.jobs] == [_fields(j) for j in again.jobs]
     other = synthetic_workload(4000, rate=0.01, seed=6)
     assert [j.submit_time for j in other.jobs] != list(t)
 

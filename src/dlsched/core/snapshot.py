@@ -40,9 +40,9 @@ class Clock:
         self.now = now
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class JobState:
-    """A job's observable state. Read-only for policies.
+    """A job's observable state. Read-only for policies. Slotted: no per-job `__dict__`.
 
     Progress, attained service and GPU-seconds of a running job grow continuously; they are
     stored as of `last_update` and read through properties that add what accrued until the

@@ -17,7 +17,6 @@ from __future__ import annotations
 import gc
 import heapq
 import math
-from array import array
 from dataclasses import dataclass
 from typing import Callable, Generator, Literal, Sequence
 
@@ -35,7 +34,7 @@ from dlsched.framework.state import ClusterState
 from dlsched.framework.triggers import Triggers
 from dlsched.sim.config import SimConfig
 from dlsched.sim.convergence import loss_curve
-from dlsched.sim.results import SimResult
+from dlsched.sim.results import JobTable, SimResult, Timeline
 from dlsched.throughput.base import ThroughputModel
 
 
@@ -47,39 +46,6 @@ class NodeEvent:
     node: int
     kind: Literal["speed", "fail", "join"]
     speed: float | None = None
-
-
-class _Timeline:
-    """Step functions sampled at every change: time, GPUs allocated, GPUs making progress, queue.
-
-    Append-only typed arrays (8 bytes a sample instead of a list slot and a float object: a
-    million-job run records two million samples); the columns are read as NumPy arrays once the
-    run is over. A sample at the same time as the previous one replaces it."""
-
-    def __init__(self) -> None:
-        self._cols = (array("d"), array("d"), array("d"), array("d"), array("q"), array("q"))
-
-    def record(self, t: float, used: float, busy: float, held: float, queue: int, running: int) -> None:
-        ts, u, b, h, q, r = self._cols
-        if ts and ts[-1] == t:
-            u[-1], b[-1], h[-1], q[-1], r[-1] = used, busy, held, queue, running
-            return
-        ts.append(t)
-        u.append(used)
-        b.append(busy)
-        h.append(held)
-        q.append(queue)
-        r.append(running)
-
-    def __len__(self) -> int:
-        return len(self._cols[0])
-
-    t = property(lambda self: np.array(self._cols[0]))
-    used_gpus = property(lambda self: np.array(self._cols[1]))
-    busy_gpus = property(lambda self: np.array(self._cols[2]))
-    held_gpus = property(lambda self: np.array(self._cols[3]))
-    queue = property(lambda self: np.array(self._cols[4]))
-    running = property(lambda self: np.array(self._cols[5]))
 
 
 class Simulator:
@@ -131,7 +97,7 @@ class Simulator:
             if froze:
                 gc.unfreeze()
 
-    def _loop(self, arrivals: list[JobState]) -> Generator[Snapshot, Plan, SimResult]:
+    def _loop(self, arrivals: list[int]) -> Generator[Snapshot, Plan, SimResult]:
         state, trig, cfg, name = self.state, self.triggers, self.config, self.policy.name
         n, idle_calls, end_reason, t = len(arrivals), 0, "", trig.t0
         arrival_at, node_event_at, heap = self._arrival_at, self._node_event_at, self.heap
@@ -172,7 +138,8 @@ class Simulator:
         return self._finish(t, end_reason, arrivals[self._cursor:])
 
     # ------------------------------------------------------------------ setup and events
-    def _setup(self, jobs: Sequence[JobSpec], node_events: Sequence[NodeEvent]) -> list[JobState]:
+    def _setup(self, jobs: Sequence[JobSpec], node_events: Sequence[NodeEvent]) -> list[int]:
+        """Check the inputs and reset; return the jobs' indices in arrival order."""
         ids = [j.job_id for j in jobs]
         if len(set(ids)) != len(ids):
             dup = next(i for i in ids if ids.count(i) > 1)
@@ -189,10 +156,10 @@ class Simulator:
                                   "kind speed (with a speed > 0), fail or join")
         cfg = self.config
         self.clock = Clock(0.0)
-        self.states = [JobState(spec=s, index=i, clock=self.clock) for i, s in enumerate(jobs)]
+        # JobStates only of jobs in the system, by index: an ended job's row goes to the table and
+        # its JobState is let go, so memory follows the jobs in the system, not the whole trace
+        self.jobs, self.live, self.table = jobs, {}, JobTable(self.throughput)
         order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_time, i))
-        for rank, i in enumerate(order):
-            self.states[i].rank = rank
         self.state = ClusterState(self.cluster, self.clock, cfg.startup_overhead, cfg.restart_overhead)
         self.speed = self.cluster.speed.astype(float).tolist()  # true speed factors, changed by node events
         self.node_events = sorted(node_events, key=lambda e: e.time)
@@ -205,38 +172,52 @@ class Simulator:
         self.rng = np.random.default_rng(cfg.seed)
         self.heap: list[tuple[float, int, int, int]] = []  # (completion time, seq, job index, version)
         self.seq = 0
-        self.timeline = _Timeline()
+        self.timeline = Timeline()
         self.policy_calls = 0
         self.policy.reset(self.cluster, cfg.seed)
         t0 = jobs[order[0]].submit_time if jobs else 0.0
         self.triggers = Triggers(self.policy.on_events, self.policy.interval, t0, self.policy.name)
-        return [self.states[i] for i in order]
+        return order
 
-    def _events_at(self, t: float, arrivals: list[JobState]) -> set[str]:
+    def _events_at(self, t: float, arrivals: list[int]) -> set[str]:
         """Carry out everything that happens at `t`; return the kinds of what happened."""
         happened: set[str] = set()
         state, arrival_at = self.state, self._arrival_at
         if arrival_at[self._cursor] <= t:
-            cfg, i = self.config, self._cursor
+            cfg, i, live = self.config, self._cursor, self.live
             while arrival_at[i] <= t:
-                js = arrivals[i]
-                if not state.arrive(js, t):
+                js = self._state_of(arrivals[i], i)
+                live[js.index] = js
+                if state.arrive(js, t):
+                    self._ended(js)
+                else:
                     js.loss_fn = loss_curve(js.job_id, js.spec.iterations, cfg.seed, cfg.loss_noise)
                 i += 1
             self._cursor = i
             happened.add("arrival")
-        heap, states = self.heap, self.states
+        heap, live = self.heap, self.live
         while heap and heap[0][0] <= t:
             _, _, idx, version = heapq.heappop(heap)
-            js = states[idx]
-            if version == js.version and js.status is JobStatus.RUNNING:
+            js = live.get(idx)
+            if js is not None and version == js.version and js.status is JobStatus.RUNNING:
                 state.end(js, t, JobStatus.DONE)
+                self._ended(js)
                 happened.add("completion")
         while self._node_event_at[self._node_cursor] <= t:
             ev = self.node_events[self._node_cursor]
             self._node_cursor += 1
             happened.add(self._node_event(ev, t))
         return happened
+
+    def _state_of(self, index: int, rank: int) -> JobState:
+        return JobState(spec=self.jobs[index], index=index, clock=self.clock, rank=rank)
+
+    def _ended(self, js: JobState) -> None:
+        """A job ended for good: its row is final, so it goes to the table and its JobState goes
+        (the core forgets it too, as the live controller does with ended jobs)."""
+        self.table.add(js)
+        del self.live[js.index]
+        self.state.jobs.pop(js.job_id, None)
 
     def _node_event(self, ev: NodeEvent, t: float) -> str:
         state = self.state
@@ -264,6 +245,8 @@ class Simulator:
             if a.kind is Kind.START or a.kind is Kind.RESIZE:
                 self._run(js, a.allocation)
                 started = True
+            elif a.kind is Kind.REJECT:
+                self._ended(js)
         return started
 
     def _run(self, js: JobState, alloc: Allocation) -> None:
@@ -285,7 +268,7 @@ class Simulator:
         self.timeline.record(t, s.busy_gpus + s.held_gpus, s.busy_gpus, s.held_gpus, len(s.pending), len(s.running))
 
     # ------------------------------------------------------------------ end
-    def _finish(self, t: float, reason: str, never_arrived: list[JobState]) -> SimResult:
+    def _finish(self, t: float, reason: str, never_arrived: list[int]) -> SimResult:
         self.clock.now = t
         for js in list(self.state.running.values()) + list(self.state.pending.values()):
             was = js.status
@@ -296,14 +279,17 @@ class Simulator:
                 js.reason = "still waiting when the run ended"
             elif was is JobStatus.RUNNING and js.rate <= 0:
                 js.reason = "its allocation makes no progress (the throughput model gives 0 iterations/s there)"
-        for js in never_arrived:
+            self.table.add(js)
+        for rank, i in enumerate(never_arrived, start=self._cursor):
+            js = self._state_of(i, rank)
             js.status = JobStatus.UNFINISHED
             js.reason = reason or "not submitted before the run ended"
+            self.table.add(js)
         self._record(t)
         return SimResult.build(
             policy=self.policy.name,
             cluster=self.cluster,
-            states=self.states,
+            states=self.table,
             timeline=self.timeline,
             end_time=t,
             policy_calls=self.policy_calls,

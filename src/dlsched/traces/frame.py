@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from sys import intern
 
 import numpy as np
 import pandas as pd
 
 from dlsched.core.errors import ConfigError
-from dlsched.core.job import Architecture, JobSpec
+from dlsched.core.job import Architecture, JobSpec, demand_tuple
 from dlsched.traces.problems import ProblemLog
 from dlsched.traces.reader import LINE
 
@@ -175,15 +176,29 @@ def _opt(arr: np.ndarray, cast) -> list:
     return [None if x != x else cast(x) for x in arr.tolist()]
 
 
+#: Rows turned into JobSpecs at a time: the per-column Python lists are made a chunk at a time.
+CHUNK = 20_000
+
+
 def build_jobs(df: pd.DataFrame, log: ProblemLog) -> list[JobSpec]:
-    """JobSpecs for a finalized frame; any row JobSpec still refuses is reported by line."""
-    n = len(df)
-    if n == 0:
-        return []
+    """JobSpecs for a finalized frame; any row JobSpec still refuses is reported by line.
+
+    Memory: a million-job trace holds every JobSpec for the whole run, so values a trace repeats
+    (model, queue, user, GPU type, demands) are shared between jobs, not one copy per job, and
+    the rows are converted `CHUNK` at a time (a Python list per column of the whole frame was
+    ~500 bytes a job on top of the specs at the peak of loading)."""
+    jobs: list[JobSpec] = []
+    for start in range(0, len(df), CHUNK):
+        jobs.extend(_build_chunk(df.iloc[start:start + CHUNK], log))
+    return jobs
+
+
+def _build_chunk(df: pd.DataFrame, log: ProblemLog) -> list[JobSpec]:
     by_name = {a.value: a for a in Architecture}
     arch = [by_name[a] for a in df["arch"].tolist()]
-    wd = list(zip(*(df[c].to_numpy(dtype=float).tolist() for c in ("worker_gpu", "worker_cpu", "worker_mem"))))
-    pd_ = list(zip(*(df[c].to_numpy(dtype=float).tolist() for c in ("ps_gpu", "ps_cpu", "ps_mem"))))
+    wd = [demand_tuple(t) for t in zip(*(df[c].to_numpy(dtype=float).tolist()
+                                          for c in ("worker_gpu", "worker_cpu", "worker_mem")))]
+    pd_ = [demand_tuple(t) for t in zip(*(df[c].to_numpy(dtype=float).tolist() for c in ("ps_gpu", "ps_cpu", "ps_mem")))]
     extra = [dict(e) if isinstance(e, dict) else {} for e in df["extra"].tolist()]
     cols = dict(
         job_id=[str(x) for x in df["job_id"].tolist()],
@@ -191,7 +206,7 @@ def build_jobs(df: pd.DataFrame, log: ProblemLog) -> list[JobSpec]:
         iterations=df["iterations"].to_numpy(dtype=float).tolist(),
         num_workers=df["num_workers"].to_numpy(dtype=float).astype(int).tolist(),
         arch=arch,
-        model=[str(x) for x in df["model"].tolist()],
+        model=[intern(str(x)) for x in df["model"].tolist()],
         worker_demand=wd,
         ps_demand=pd_,
         min_workers=df["min_workers"].to_numpy(dtype=float).astype(int).tolist(),
@@ -204,9 +219,9 @@ def build_jobs(df: pd.DataFrame, log: ProblemLog) -> list[JobSpec]:
         deadline=_opt(df["deadline"].to_numpy(dtype=float), float),
         utility=df["utility"].tolist(),
         priority=df["priority"].to_numpy(dtype=float).astype(int).tolist(),
-        queue=[str(x) for x in df["queue"].tolist()],
-        user=[str(x) for x in df["user"].tolist()],
-        gpu_type=[x if isinstance(x, str) and x else None for x in df["gpu_type"].tolist()],
+        queue=[intern(str(x)) for x in df["queue"].tolist()],
+        user=[intern(str(x)) for x in df["user"].tolist()],
+        gpu_type=[intern(x) if isinstance(x, str) and x else None for x in df["gpu_type"].tolist()],
         batch_size=_opt(df["batch_size"].to_numpy(dtype=float), int),
         extra=extra,
     )
@@ -214,10 +229,12 @@ def build_jobs(df: pd.DataFrame, log: ProblemLog) -> list[JobSpec]:
     rows = zip(*cols.values())
     if {f.name for f in dataclasses.fields(JobSpec)} == _KNOWN_FIELDS:
         new = object.__new__
+        setters = [getattr(JobSpec, name).__set__ for name in names]  # JobSpec is slotted
         jobs = []
         for row in rows:
             job = new(JobSpec)
-            job.__dict__.update(zip(names, row))
+            for put, value in zip(setters, row):
+                put(job, value)
             jobs.append(job)
         return jobs
     return _build_slow(names, rows, df[LINE].tolist(), log)

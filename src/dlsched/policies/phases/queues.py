@@ -333,6 +333,9 @@ class Book:
             self.line.remove(job.job_id)
             self._unbounded.append(job)
         self.running = allocations
+        if len(self._unbounded) > 2 * len(allocations) + 64:  # a policy that never asks for victims
+            # (fifo) would keep every job it ever started; ended ones can never be keyed again
+            self._unbounded = [j for j in self._unbounded if j.status in (JobStatus.PENDING, JobStatus.RUNNING)]
 
     def victims(self, snap: Snapshot, k: Any) -> Iterator[tuple[Any, JobState]]:
         """Running jobs whose key now is greater than `k`, highest first (lowest priority first),
