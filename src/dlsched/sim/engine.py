@@ -190,6 +190,7 @@ class Simulator:
         cfg = self.config
         self.clock = Clock(0.0)
         self.states = [JobState(spec=s, index=i, clock=self.clock) for i, s in enumerate(jobs)]
+        self._leaf: list[ThroughputModel | None] = [None] * len(jobs)  # per job index, set at its first run
         order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_time, i))
         for rank, i in enumerate(order):
             self.states[i].rank = rank
@@ -268,7 +269,10 @@ class Simulator:
 
     def _run(self, js: JobState, alloc: Allocation) -> None:
         """Give a running job its true rate on `alloc` and schedule its completion."""
-        rate = self.throughput.rate(js.spec, alloc, self.cluster)
+        leaf = self._leaf[js.index]
+        if leaf is None:  # the model that serves this job, resolved once (ThroughputModel.leaf_for)
+            leaf = self._leaf[js.index] = self.throughput.leaf_for(js.spec)
+        rate = leaf.rate(js.spec, alloc, self.cluster)
         if rate > 0:
             nodes, speed = alloc.nodes, self.speed
             rate *= speed[nodes[0]] if len(nodes) == 1 else min([speed[n] for n in nodes])  # its slowest node
