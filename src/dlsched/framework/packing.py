@@ -5,8 +5,9 @@ and the accounting steps every placement and the core do on a resource array (`a
 `pack` is the locality-first packer (fewest nodes, best-fit single node, roomiest rack first).
 It lives below the policies because the framework itself needs it: whether a job's minimum gang
 can ever fit the empty cluster (`framework.feasibility`) is decided by packing it.
-All of it works on the (N, 3) free-resource array with NumPy, never per-node loops over the
-whole cluster.
+All of it works on the (N, 3) free-resource array with NumPy, never per-node loops over a large
+cluster; on a small one (up to SCAN nodes) the best single node is found by a plain-Python walk,
+where NumPy's per-call overhead would cost more than the work.
 """
 
 from __future__ import annotations
