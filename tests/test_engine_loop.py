@@ -34,16 +34,19 @@ def _lexsort_best(free: np.ndarray, total: np.ndarray) -> int | None:
     return int(cand[np.lexsort((cand, left[:, 1], left[:, 0]))[0]])
 
 
-@settings(max_examples=200, deadline=None)
-@given(seed=st.integers(0, 10_000), big=st.booleans())
-def test_best_whole_node_is_the_lexsort_answer(seed, big):
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 10_000), size=st.sampled_from(["scan", "2-d", "columns"]))
+def test_best_whole_node_is_the_lexsort_answer(seed, size):
+    """All three paths: the plain-Python walk (up to SCAN nodes), 2-D passes, column by column."""
     rng = np.random.default_rng(seed)
-    n = packing.SMALL + 40 if big else int(rng.integers(1, 60))
+    lo, hi = {"scan": (1, packing.SCAN), "2-d": (packing.SCAN + 1, packing.SMALL), "columns": (packing.SMALL + 1, packing.SMALL + 60)}[size]
+    n = int(rng.integers(lo, hi + 1))
     free = rng.integers(0, 4, (n, 3)) * np.array([2.0, 8.0, 32.0])
     if seed % 3 == 0:
         free = free + rng.random((n, 3))  # fractional room: ties broken on CPU, then index
     total = rng.integers(0, 3, 3) * np.array([1.0, 4.0, 16.0])
     assert packing.best_whole_node(free, total) == _lexsort_best(free, total)
+    assert packing.best_whole_node(free, tuple(total.tolist())) == _lexsort_best(free, total)  # pack passes a tuple
 
 
 def _walk_with_counts(cluster: Cluster, free: np.ndarray, spec: JobSpec, workers: int) -> Allocation | None:

@@ -132,8 +132,9 @@ def test_same_seed_same_result(sc):
     fractional=st.booleans(),
 )
 def test_pack_same_answer_on_small_and_large_paths(seed, workers, ps, cpu, fractional):
-    """`pack` takes 2-D passes on small clusters and column-by-column ones on large clusters;
-    both must place every job exactly alike (same nodes, same counts, same ties)."""
+    """`pack` walks the nodes in plain Python on small clusters (up to SCAN), takes 2-D passes up
+    to SMALL and column-by-column ones above; all must place every job exactly alike (same nodes,
+    same counts, same ties)."""
     from dlsched.framework import packing
 
     rng = np.random.default_rng(seed)
@@ -143,9 +144,11 @@ def test_pack_same_answer_on_small_and_large_paths(seed, workers, ps, cpu, fract
     free = np.floor(cluster.capacity * frac) if seed % 2 else cluster.capacity * frac
     spec = JobSpec("j", 0.0, 10.0, num_workers=workers, num_ps=ps, worker_demand=(1.0, cpu, 16.0),
                    arch=Architecture.PS if ps else Architecture.ALLREDUCE)
-    small, saved = packing.pack(cluster, free, spec, workers, ps), packing.SMALL
-    packing.SMALL = 0
+    small, saved = packing.pack(cluster, free, spec, workers, ps), (packing.SCAN, packing.SMALL)
     try:
-        assert packing.pack(cluster, free, spec, workers, ps) == small
+        packing.SCAN = 0
+        assert packing.pack(cluster, free, spec, workers, ps) == small  # 2-D passes
+        packing.SMALL = 0
+        assert packing.pack(cluster, free, spec, workers, ps) == small  # column by column
     finally:
-        packing.SMALL = saved
+        packing.SCAN, packing.SMALL = saved

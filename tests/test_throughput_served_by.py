@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from dlsched.core import JobSpec
 from dlsched.core.allocation import Allocation
 from dlsched.core.cluster import Cluster
+from dlsched.core.errors import ConfigError
 from dlsched.core.snapshot import Clock, JobState, JobStatus
 from dlsched.presets import load_cluster
 from dlsched.sim.config import SimConfig
@@ -58,6 +61,23 @@ def test_served_by_names_the_leaf_model_and_nests() -> None:
     assert outer.served_by(spec("d", "duration-only", duration=10.0)) == "duration-only"
     assert outer.served_by(spec("x", "other")) == "anything"
     assert DurationOnly().served_by(spec("x", "other")) == NOT_SERVED
+
+
+def test_leaf_for_is_the_model_whose_rate_the_router_gives() -> None:
+    """The simulator resolves a job's leaf model once and calls its `rate` directly: that must be
+    the router's own answer, through nested routers, and a job no model knows is still refused."""
+    anything, duration = Anything(), DurationOnly()
+    outer = Router([Router([duration]), anything])
+    d, x = spec("d", "duration-only", duration=10.0, num_workers=2), spec("x", "other")
+    assert outer.leaf_for(d) is duration and outer.leaf_for(x) is anything
+    assert duration.leaf_for(d) is duration
+    c, alloc = load_cluster("dl2"), Allocation.single_node(0, 3)
+    assert outer.leaf_for(d).rate(d, alloc, c) == outer.rate(d, alloc, c) == duration.rate(d, alloc, c)
+    only = Router([duration])
+    unknown = spec("u", "nobody-knows-me")
+    assert not only.supports(unknown) and not only.supports(unknown)  # asked twice: still refused
+    with pytest.raises(ConfigError):
+        only.leaf_for(unknown)
 
 
 def _build(states: list[JobState], **kw) -> SimResult:

@@ -159,6 +159,7 @@ class Simulator:
         # JobStates only of jobs in the system, by index: an ended job's row goes to the table and
         # its JobState is let go, so memory follows the jobs in the system, not the whole trace
         self.jobs, self.live, self.table = jobs, {}, JobTable(self.throughput)
+        self._leaf: list[ThroughputModel | None] = [None] * len(jobs)  # per job index, set at its first run
         order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_time, i))
         self.state = ClusterState(self.cluster, self.clock, cfg.startup_overhead, cfg.restart_overhead)
         self.speed = self.cluster.speed.astype(float).tolist()  # true speed factors, changed by node events
@@ -251,7 +252,10 @@ class Simulator:
 
     def _run(self, js: JobState, alloc: Allocation) -> None:
         """Give a running job its true rate on `alloc` and schedule its completion."""
-        rate = self.throughput.rate(js.spec, alloc, self.cluster)
+        leaf = self._leaf[js.index]
+        if leaf is None:  # the model that serves this job, resolved once (ThroughputModel.leaf_for)
+            leaf = self._leaf[js.index] = self.throughput.leaf_for(js.spec)
+        rate = leaf.rate(js.spec, alloc, self.cluster)
         if rate > 0:
             nodes, speed = alloc.nodes, self.speed
             rate *= speed[nodes[0]] if len(nodes) == 1 else min([speed[n] for n in nodes])  # its slowest node

@@ -36,6 +36,13 @@ class ThroughputModel(ABC):
         report can say whether a job ran on measured data or an analytic fallback."""
         return self.name if self.supports(spec) else NOT_SERVED
 
+    def leaf_for(self, spec: JobSpec) -> ThroughputModel:
+        """The model whose `rate` gives this job its rate: the model itself, or what a router
+        chose for the job. A job's route never changes, so a caller that asks for many rates of
+        one job (the simulator, at every start and resize) resolves it once and calls the leaf's
+        `rate` directly, with the very result `self.rate` would give."""
+        return self
+
 
 class Router(ThroughputModel):
     """Dispatches each job to the first model that supports it (measured tables before analytic).
@@ -55,27 +62,37 @@ class Router(ThroughputModel):
         self.models = models
         self._cache: weakref.WeakKeyDictionary[JobSpec, ThroughputModel] = weakref.WeakKeyDictionary()
 
-    def model_for(self, spec: JobSpec) -> ThroughputModel:
+    def _route(self, spec: JobSpec) -> ThroughputModel | None:
+        """The first model that supports the job (cached), or None when none does (not cached:
+        such a job is refused before a run, so it is asked about once or twice)."""
         m = self._cache.get(spec)
         if m is None:
             for cand in self.models:
                 if cand.supports(spec):
-                    m = cand
+                    self._cache[spec] = m = cand
                     break
-            else:
-                names = ", ".join(x.name for x in self.models)
-                raise ConfigError(f"job {spec.job_id!r}: no throughput model knows model {spec.model!r} (have: {names})")
-            self._cache[spec] = m
+        return m
+
+    def model_for(self, spec: JobSpec) -> ThroughputModel:
+        m = self._route(spec)
+        if m is None:
+            names = ", ".join(x.name for x in self.models)
+            raise ConfigError(f"job {spec.job_id!r}: no throughput model knows model {spec.model!r} (have: {names})")
         return m
 
     def supports(self, spec: JobSpec) -> bool:
-        return any(m.supports(spec) for m in self.models)
+        """Through the route cache: the simulator asks it of every job before a run and the
+        report again per job (`served_by`); each uncached ask walks every model's `supports`."""
+        return self._route(spec) is not None
+
+    def leaf_for(self, spec: JobSpec) -> ThroughputModel:
+        """The leaf model serving the job, through nested routers (raises like `model_for`)."""
+        return self.model_for(spec).leaf_for(spec)
 
     def rate(self, spec: JobSpec, alloc: Allocation, cluster: Cluster) -> float:
         return self.model_for(spec).rate(spec, alloc, cluster)
 
     def served_by(self, spec: JobSpec) -> str:
         """The leaf model that serves the job (asked in turn, so routers can nest)."""
-        if not self.supports(spec):
-            return NOT_SERVED
-        return self.model_for(spec).served_by(spec)
+        m = self._route(spec)
+        return NOT_SERVED if m is None else m.served_by(spec)
