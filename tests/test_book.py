@@ -8,7 +8,6 @@ import random
 
 import pytest
 
-from dlsched.core.allocation import Allocation
 from dlsched.core.cluster import Cluster
 from dlsched.core.job import JobSpec
 from dlsched.policies.phases import book
@@ -16,19 +15,7 @@ from dlsched.policies.phases.ordering import ShortestRemainingTime
 from dlsched.policies.registry import make_policy
 from dlsched.sim.config import SimConfig
 from dlsched.sim.engine import NodeEvent, simulate
-from dlsched.throughput.base import ThroughputModel
-
-
-class PerWorker(ThroughputModel):
-    """One iteration per second per worker."""
-
-    name = "per-worker"
-
-    def supports(self, spec: JobSpec) -> bool:
-        return True
-
-    def rate(self, spec: JobSpec, alloc: Allocation, cluster: Cluster) -> float:
-        return float(alloc.num_workers)
+from tests.test_engine_events import PerWorker
 
 
 def _workload(seed: int) -> tuple[list[JobSpec], list[NodeEvent]]:
