@@ -4,7 +4,7 @@ Each phase is a small object from `dlsched.policies.phases` (the protocols are i
 `dlsched.core.policy`); this class runs them in order and hands the ranked, sized list to
 `phases.realise`, so a policy that is a composition is a few lines of configuration (fifo, edf,
 srtf, drf, qos). With an ordering whose key is fixed while a job waits and a job-by-job sizing, it
-keeps its waiting line across calls (`phases.queues.Book`, kept up by the snapshot's deltas)
+keeps its waiting line across calls (`phases.book.Book`, kept up by the snapshot's deltas)
 instead of re-sorting every job on every call.
 """
 
@@ -20,7 +20,7 @@ from dlsched.core.policy import (
     Admission, Keyed, Observer, Ordering, Placement, Policy, Resets, SizeOne, Sizing, Wakes,
 )
 from dlsched.core.snapshot import JobState, Snapshot
-from dlsched.policies.phases.queues import Book
+from dlsched.policies.phases.book import Book
 from dlsched.policies.phases.realise import PREEMPT, Preempt, Realiser, ShrinkRule, gpus_of, realise
 
 
@@ -131,7 +131,7 @@ class PhasedPolicy(Policy):
         if self._book is None:
             # by GPU count only to let backfilling skip sizes that cannot fit; strict FIFO sizes lazily
             gpus = (lambda s, j: gpus_of(j.spec, *size_one(s, j))) if self.backfill else (lambda s, j: 0.0)
-            self._book = Book(self.ordering.key, gpus)  # type: ignore[attr-defined]
+            self._book = Book(self.ordering.key, gpus, getattr(self.ordering, "clock_bound", None))  # type: ignore[attr-defined]
         book = self._book
         if book.follow(snap) and self.preempt == "minimal":  # a fresh book: running jobs may be
             # at other sizes than the sizing's (adopted): the list path resizes them

@@ -80,6 +80,18 @@ class ShortestRemainingTime:
         running = 0 if job.status is JobStatus.RUNNING else 1
         return (remaining_time(snap, job, self.rate(snap, job.spec)), running, job.spec.submit_time, job.index)
 
+    def clock_bound(self, snap: Snapshot, job: JobState, key: tuple[float, int, float, int]) -> float | None:
+        """For `Book`'s lazy ranking of running jobs: a c with key[0] < c - t at every later t
+        while `job` keeps running at its current rate, or None when its key may fall slower than
+        the clock. A restart pause counts down at exactly the clock's pace and the remaining
+        work at job.rate / (the rate keyed on) of it, so a job running at no less than that rate
+        qualifies. The margin (1e-9 of the magnitudes involved) covers float rounding: a key is
+        computed from its own operands at every call, never from c."""
+        r = self.rate(snap, job.spec)
+        if r <= 0 or job.status is not JobStatus.RUNNING or job.rate < r or not math.isfinite(key[0]):
+            return None
+        return key[0] + snap.now + 1e-9 * (job.spec.iterations / r + abs(key[0]) + abs(snap.now) + 1.0)
+
     def order(self, snap: Snapshot, jobs: list[JobState]) -> list[JobState]:
         # `key` inlined: this runs over every job at every event
         if snap.oracle is None:

@@ -16,9 +16,8 @@ length:
 from __future__ import annotations
 
 import heapq
-import math
 from bisect import bisect_left, insort
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterator
 
 from dlsched.core.allocation import Allocation
 from dlsched.core.cluster import GPU
@@ -282,104 +281,3 @@ class MLFQ:
         for job in sorted((j for jid, j in alive.items() if jid not in self.entries), key=lambda j: j.rank):
             self._admit(job, snap.now)
         return halted
-
-
-class Book:
-    """What runs as of the policy's own last plan, and who waits in a `Line`: kept up by the
-    snapshot's deltas (arrived and stopped join the line, started leave it, finished leave both),
-    so a call need not rebuild or re-sort either. `key(job)` and `gpus(job)` must not change
-    while a job waits (both are given the snapshot and the job). It rebuilds from the snapshot on the first call and whenever the counts
-    disagree with it (a snapshot it did not follow, e.g. a live controller's restart)."""
-
-    def __init__(self, key: Callable[[Snapshot, JobState], Any], gpus: Callable[[Snapshot, JobState], float]):
-        self.key, self.gpus = key, gpus
-        self.running: dict[str, Allocation] = {}
-        self.line = Line()
-        self._fresh = True
-        # Upper bounds of running jobs' keys, for keys that only shrink while a job runs (a
-        # remaining time): its key when it started, lowered to its key whenever it is keyed.
-        # (bound, seq, job id, job), sorted; entries whose (bound, seq) is no longer the job's are
-        # stale (it stopped, restarted, or got a lower bound).
-        self._bounds: list[tuple[Any, int, str, JobState]] = []
-        self._bound_of: dict[str, tuple[Any, int]] = {}
-        self._seq = 0
-        self._keyed_at: Snapshot | None = None
-        self._keys_now: dict[str, Any] = {}
-        self._unbounded: list[JobState] = []
-
-    def follow(self, snap: Snapshot) -> bool:
-        """Apply the deltas; True if it had to rebuild from the snapshot instead."""
-        if not self._fresh:
-            for job in (*snap.arrived, *snap.stopped):
-                self.running.pop(job.job_id, None)
-                if job.job_id not in self.line and job.status is JobStatus.PENDING:
-                    self.line.add(job, self.key(snap, job), self.gpus(snap, job))
-            for job in snap.finished:
-                self.running.pop(job.job_id, None)
-                self.line.remove(job.job_id)
-        if not (self._fresh or snap.num_running != len(self.running) or snap.num_pending != len(self.line)):
-            return False
-        self.running = {j.job_id: j.allocation for j in snap.running}
-        self._bounds, self._bound_of, self._unbounded = [], {}, list(snap.running)
-        self.line = Line()
-        for job in snap.pending:
-            self.line.add(job, self.key(snap, job), self.gpus(snap, job))
-        self._fresh = False
-        return True
-
-    def record(self, allocations: dict[str, Allocation], started: Iterable[JobState]) -> None:
-        """The plan just returned: its jobs run, and those it started leave the line."""
-        for job in started:
-            self.line.remove(job.job_id)
-            self._unbounded.append(job)
-        self.running = allocations
-        if len(self._unbounded) > 2 * len(allocations) + 64:  # a policy that never asks for victims
-            # (fifo) would keep every job it ever started; ended ones can never be keyed again
-            self._unbounded = [j for j in self._unbounded if j.status in (JobStatus.PENDING, JobStatus.RUNNING)]
-
-    def victims(self, snap: Snapshot, k: Any) -> Iterator[tuple[Any, JobState]]:
-        """Running jobs whose key now is greater than `k`, highest first (lowest priority first),
-        lazily: for a key that never grows while a job runs, each running job's last known key
-        bounds its key now from above, so a job is keyed only when its bound exceeds both `k` and
-        every key already found. Must not outlive the call (the plan being made) it was made for."""
-        self._refresh(snap)
-        bounds, running, bound_of, keys_now = self._bounds, self.running, self._bound_of, self._keys_now
-        found: list[tuple[Any, str, JobState]] = []  # keys now > k, ascending
-        for i in range(len(bounds) - 1, bisect_left(bounds, (k,)) - 1, -1):
-            b, seq, jid, job = bounds[i]
-            while found and found[-1][0] > b:  # greater than every key not looked at yet
-                x, _, v = found.pop()
-                yield x, v
-            if jid not in running or bound_of.get(jid) != (b, seq):
-                continue  # stale (stopped, preempted by this plan, or re-bounded)
-            x = keys_now.get(jid)
-            if x is None:
-                x = keys_now[jid] = self.key(snap, job)
-            if x > k:
-                insort(found, (x, jid, job))
-        while found:
-            x, _, v = found.pop()
-            yield x, v
-
-    def _refresh(self, snap: Snapshot) -> None:
-        """Once per call: bound the jobs started since (their key now), lower the bounds of jobs
-        keyed in the previous call to those keys (still upper bounds: keys only shrink), and drop
-        stale entries when they pile up."""
-        if self._keyed_at is snap:
-            return
-        running, bound_of = self.running, self._bound_of
-        tighter = [(x, jid) for jid, x in self._keys_now.items() if jid in running and x < bound_of[jid][0]]
-        for x, jid in tighter:
-            self._seq += 1
-            job = self._bounds[bisect_left(self._bounds, bound_of[jid])][3]
-            bound_of[jid] = (x, self._seq)
-            insort(self._bounds, (x, self._seq, jid, job))
-        self._keyed_at, self._keys_now = snap, {}
-        for jid, job in {j.job_id: j for j in self._unbounded}.items():  # started since: keyed once
-            if jid in running:
-                self._seq += 1
-                b = bound_of[jid] = (self.key(snap, job), self._seq)
-                insort(self._bounds, (*b, jid, job))
-        self._unbounded = []
-        if len(self._bounds) > 2 * len(running) + 64:
-            self._bounds = [x for x in self._bounds if x[2] in running and bound_of.get(x[2]) == x[:2]]
