@@ -13,13 +13,16 @@ where NumPy's per-call overhead would cost more than the work.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from dlsched.core.allocation import Allocation
 from dlsched.core.cluster import Cluster
 from dlsched.core.job import JobSpec
+
+if TYPE_CHECKING:  # the annotation only: snapshot imports this module's callers
+    from dlsched.core.snapshot import JobState
 
 _EPS = 1e-9
 SMALL = 512  # up to this many nodes, 2-D passes (fewer NumPy calls); above, column by column
