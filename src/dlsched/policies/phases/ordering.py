@@ -90,7 +90,8 @@ class ShortestRemainingTime:
         r = self.rate(snap, job.spec)
         if r <= 0 or job.status is not JobStatus.RUNNING or job.rate < r or not math.isfinite(key[0]):
             return None
-        return key[0] + snap.now + 1e-9 * (job.spec.iterations / r + abs(key[0]) + abs(snap.now) + 1.0)
+        total = snap.remaining_iterations(job) + job.progress  # the true work, through the oracle
+        return key[0] + snap.now + 1e-9 * (total / r + abs(key[0]) + abs(snap.now) + 1.0)
 
     def order(self, snap: Snapshot, jobs: list[JobState]) -> list[JobState]:
         # `key` inlined: this runs over every job at every event
