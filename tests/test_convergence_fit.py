@@ -128,3 +128,28 @@ def test_the_coarse_grid_without_the_derivative_is_the_same_profile():
     assert coarse[3] is None
     for a, b in zip(full[:3] + full[4:], coarse[:3] + coarse[4:]):
         assert np.array_equal(a, b, equal_nan=True)
+
+
+def test_the_profiles_in_place_products_are_the_plain_expressions_bit_for_bit():
+    """`_profile` writes its (B, R, n) products into reused buffers; its error and derivative
+    must be the written-out expressions' bits at its (s, β2) (where the bound binds too)."""
+    sets = [_samples(10 ** -(3 + i % 3), 1.0, 0.05 * (i % 4) - 0.04, 10 ** (3 + i % 4), noise=0.02 * (i % 3), seed=i)
+            for i in range(12)]
+    k = np.array([[a for a, _ in s] for s in sets])
+    y = np.array([[b for _, b in s] for s in sets])
+    x, wt = k / k[:, -1:], 1.0 / segment_sigma(50) ** 2
+    u = np.broadcast_to(cf._LOG_R, (len(sets), len(cf._LOG_R)))
+    s, c, cost, slope, c_free = cf._profile(x, y, wt, u)
+    r = 10.0 ** u
+    g = 1.0 / (1.0 + r[:, :, None] * x[:, None, :])
+    gw = g * wt
+    sw, sy = wt.sum(), (y * wt).sum(axis=-1)[:, None]
+    sg, sgg, sgy = gw.sum(axis=-1), (gw * g).sum(axis=-1), (gw * y[:, None, :]).sum(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        det = sw * sgg - sg * sg
+        assert np.array_equal(c_free, (sgg * sy - sg * sgy) / det, equal_nan=True)
+    assert (c_free < 0).any()  # the bound binds somewhere
+    res = g * s[:, :, None] + c[:, :, None] - y[:, None, :]
+    assert np.array_equal(cost, ((res * res) * wt).sum(axis=-1))
+    want = -2.0 * cf._LN10 * r * s * ((res * g * g) * (wt * x)[:, None, :]).sum(axis=-1)
+    assert np.array_equal(slope, want)

@@ -199,6 +199,21 @@ def test_remaining_is_the_estimates_number_for_every_source():
             assert remaining(job, fit, history) == combine(job, fit, history).remaining
 
 
+def test_reads_history_says_whether_the_history_can_change_the_estimate():
+    flat = _state(JobSpec("f", 0.0, 1000.0), progress=300.0)
+    flat.loss_fn = lambda k: 1.0  # no usable fit: "halfway", then history
+    jobs = [_state(JobSpec("k", 0.0, 1000.0, work_known=True), progress=400.0),
+            _state(JobSpec("n", 0.0, 1000.0)), _state(JobSpec("r", 0.0, 5e4), progress=2e4), flat]
+    reads = []
+    for job in jobs:
+        work = RemainingWork()
+        work.remaining(job)  # as a policy asks first (the fit, if due, is made here)
+        a, b = work.remaining(job, history=[]), work.remaining(job, history=[1e6, 2e6])
+        reads.append(work.reads_history(job, job.progress))
+        assert reads[-1] == (a != b)
+    assert reads == [False, True, False, True]
+
+
 def test_prefit_makes_the_fits_fit_makes_and_only_when_due():
     jobs = [_state(JobSpec(f"j{i}", 0.0, 10 ** (3 + i % 3)), progress=0.3 * 10 ** (3 + i % 3)) for i in range(6)]
     jobs.append(_state(JobSpec("known", 0.0, 1e3, work_known=True), progress=10.0))

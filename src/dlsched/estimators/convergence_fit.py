@@ -146,12 +146,18 @@ def _profile(x: np.ndarray, y: np.ndarray, wt: np.ndarray, u: np.ndarray, grad: 
     read (the bound's two candidates, only at points where the free solution is out of bounds)
     gives the same bits as computing them everywhere.
     """
+    # the (B, R, n) products are written into reused buffers (`out=`, in place): the same
+    # operations in the same order, so the same bits, with fewer large temporaries
     r = 10.0 ** u
-    g = 1.0 / (1.0 + r[:, :, None] * x[:, None, :])
+    g = r[:, :, None] * x[:, None, :]
+    g += 1.0
+    np.divide(1.0, g, out=g)  # g = 1 / (1 + r·x)
     gw = g * wt
     y3 = y[:, None, :]
     sw, sy = wt.sum(), (y * wt).sum(axis=-1)[:, None]
-    sg, sgg, sgy = gw.sum(axis=-1), (gw * g).sum(axis=-1), _rows(gw, y)
+    tmp = gw * g
+    sg, sgg = gw.sum(axis=-1), tmp.sum(axis=-1)
+    sgy = np.multiply(gw, y3, out=tmp).sum(axis=-1)  # `_rows(gw, y)`
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         det = sw * sgg - sg * sg
         s = (sw * sgy - sg * sy) / det
@@ -168,9 +174,17 @@ def _profile(x: np.ndarray, y: np.ndarray, wt: np.ndarray, u: np.ndarray, grad: 
                 <= ((c1 - y) ** 2 * wt).sum(axis=-1)[bi]
             s = np.where(out, np.where(use_s0, s0, 0.0), s)
             c = np.where(out, np.where(use_s0, 0.0, c1), c)
-    res = g * s[:, :, None] + c[:, :, None] - y3
-    cost = _rows(res * res, wt)
-    slope = -2.0 * _LN10 * r * s * _rows(res * g * g, wt * x) if grad else None
+    res = g * s[:, :, None]
+    res += c[:, :, None]
+    res -= y3  # g·s + β2 − y
+    np.multiply(res, res, out=tmp)
+    cost = np.multiply(tmp, wt, out=tmp).sum(axis=-1)  # `_rows(res * res, wt)`
+    slope = None
+    if grad:  # `_rows(res * g * g, wt * x)`
+        np.multiply(res, g, out=tmp)
+        tmp *= g
+        tmp *= (wt * x)[:, None, :]
+        slope = -2.0 * _LN10 * r * s * tmp.sum(axis=-1)
     return s, c, cost, slope, c_free
 
 

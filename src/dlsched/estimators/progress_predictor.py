@@ -162,6 +162,16 @@ class RemainingWork:
         cached = self._fits.get(job.job_id)
         return cached is None or done > cached[0] * (1.0 + self.refit_growth)
 
+    def reads_history(self, job: JobState, done: float) -> bool:
+        """Whether `remaining(job, done)` depends on the job's type's history: no declared work and
+        no usable fit at `done` (a fit's estimate does not). Asked after `remaining` at this `done`,
+        so no fit is due: a waiting job whose type's history grew need not be re-estimated when
+        this is False (on 20,000 Philly jobs, 224k of 283k such re-estimates)."""
+        if job.spec.work_known:
+            return False
+        cached = self._fits.get(job.job_id) if done > 0 else None
+        return cached is None or cached[1] is None
+
     def fit(self, job: JobState) -> ConvergenceFit | None:
         """The job's loss fit, redone only once progress grew by `refit_growth` since the last try."""
         return self._fit_at(job, job.progress)

@@ -36,7 +36,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Iterator
+import operator
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -73,7 +74,7 @@ class Optimus(Policy):
         self.estimates = Estimates()
         self._moved: list[JobState] = []  # jobs the last plan started or resized: new speed points
         self._seq = 0  # heap tie-breaker
-        self._min_need: dict[JobSpec, list[float]] = {}  # `_minimum_need` of the jobs in the system
+        self._min_need: dict[JobSpec, tuple[float, ...]] = {}  # `_minimum_need` of the jobs in the system
 
     @property
     def speeds(self) -> SpeedPool:
@@ -230,18 +231,30 @@ def _optimus_shrink(spec: JobSpec, w: int, p: int) -> Iterator[tuple[int, int]]:
         yield w, p
 
 
-def _any_minimum_fits(jobs: list[JobState], free: np.ndarray, needs: dict[JobSpec, list[float]]) -> bool:
-    """Whether any job's minimum size fits in `free` counted at cluster level (the base pass)."""
+def _any_minimum_fits(jobs: list[JobState], free: np.ndarray, needs: dict[JobSpec, tuple[float, ...]]) -> bool:
+    """Whether any job's minimum size fits in `free` counted at cluster level (the base pass).
+
+    Asked on every arrival and completion with every waiting job: the jobs' minimum needs are
+    collected as a set first (C loops), and only the few distinct ones (a trace has a handful of
+    sizes) are compared with what is free."""
     budget = free.sum(axis=0).tolist()
-    return any(_fits(_minimum_need(js.spec, needs), budget) for js in jobs)
+    specs = list(map(_SPEC, jobs))
+    kinds = set(map(needs.get, specs))
+    if None in kinds:  # jobs new to the dict
+        kinds.discard(None)
+        kinds.update(_minimum_need(spec, needs) for spec in specs if spec not in needs)
+    return any(_fits(need, budget) for need in kinds)
 
 
-def _minimum_need(spec: JobSpec, needs: dict[JobSpec, list[float]]) -> list[float]:
+_SPEC = operator.attrgetter("spec")
+
+
+def _minimum_need(spec: JobSpec, needs: dict[JobSpec, tuple[float, ...]]) -> tuple[float, ...]:
     """Resources of the job's minimum size (as `Cand.need`), kept in `needs` (specs hash by
-    identity): every call asks it of every waiting job. Read only."""
+    identity): every call asks it of every waiting job."""
     need = needs.get(spec)
     if need is None:
-        need = needs[spec] = [spec.min_workers * a + spec.min_ps * b for a, b in zip(spec.worker_demand, spec.ps_demand)]
+        need = needs[spec] = tuple(spec.min_workers * a + spec.min_ps * b for a, b in zip(spec.worker_demand, spec.ps_demand))
     return need
 
 
@@ -286,7 +299,7 @@ def _dominant_share(cluster: Cluster) -> list[float]:
     return [1.0 / t if t > 0 else 0.0 for t in cluster.total.tolist()]
 
 
-def _fits(need: list[float], left: list[float]) -> bool:
+def _fits(need: Sequence[float], left: list[float]) -> bool:
     for n, r in zip(need, left):  # a loop, not all(genexpr): called for every job on every call
         if not n <= r + 1e-9:
             return False

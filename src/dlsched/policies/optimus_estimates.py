@@ -132,11 +132,13 @@ class Estimates:
 
     def _refresh(self, js: JobState, kept: _Kept) -> Cand:
         """A waiting job's candidate at the progress it was estimated at (so no fit is due): its
-        remaining work again only if its type's history grew, its speeds if the model changed."""
+        remaining work again only if its type's history grew and the estimate reads it, its speeds
+        if the model changed."""
         cand = kept.cand
         est = cand.est
         if len(kept.history) != kept.seen:
-            est = max(self.work.remaining(js, kept.done, kept.history), 0.0)
+            if self.work.reads_history(js, kept.done):  # else its fit decides: unchanged
+                est = max(self.work.remaining(js, kept.done, kept.history), 0.0)
             kept.seen = len(kept.history)
         if self.speeds.current(kept.key) is not kept.model:
             self._set_model(kept, self.speeds.model(js.spec, kept.key))

