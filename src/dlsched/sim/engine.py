@@ -85,8 +85,8 @@ class Simulator:
         still sets the triggers (`on_events`, `interval`) and is reset before the run.
         """
         arrivals = self._setup(jobs, node_events)
-        # The jobs, their states and the trace live for the whole run: the collector need not scan
-        # them again on every full collection (on 40k Philly jobs under fifo that scanning was ~7%
+        # The job specs and the trace live for the whole run: the collector need not scan them
+        # again on every full collection (on 40k Philly jobs under fifo that scanning was ~7%
         # of the run). Skipped when someone else froze objects already; undone when the run ends.
         froze = gc.get_freeze_count() == 0
         if froze:
