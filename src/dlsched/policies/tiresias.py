@@ -106,10 +106,8 @@ class Tiresias(Policy):
                          below=held, free_gpus=free_gpus)
             for q in range(idx.levels):
                 r.passed((q, 0), idx.running_gpus[q])
-                line = idx.lines[q]
-                if (smallest := line.smallest()) is not None and smallest <= r.room() + 1e-9:  # else the walk yields nothing
-                    for job in line.walk(r.room):
-                        r.offer(job, job.spec.num_workers, job.spec.num_ps, key=(q, 1))
+                for job in idx.lines[q].walk(r.room):
+                    r.offer(job, job.spec.num_workers, job.spec.num_ps, key=(q, 1))
                 r.passed((q, 2), entering[q])
             started, gone = r.started, r.preempted
         for job in started:
