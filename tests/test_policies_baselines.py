@@ -34,6 +34,17 @@ def node(n: int = 1, gpus: int = 4, cpus: float = 64, mem: float = 512) -> Clust
     return Cluster.homogeneous("t", nodes=n, gpus=gpus, cpus=cpus, mem=mem)
 
 
+def random_rigid(seed: int, n: int, gap: float, mu: float, sigma: float, sizes: list[int]) -> list[JobSpec]:
+    """n rigid jobs: Poisson arrivals (mean gap `gap` s, times rounded to 0.1 s), log-normal
+    durations (mu, sigma of the log), GPU counts drawn from `sizes`; the same seed, the same jobs."""
+    rng = np.random.default_rng(seed)
+    jobs, t = [], 0.0
+    for i in range(n):
+        t += float(rng.exponential(gap))
+        jobs.append(job(f"r{i}", round(t, 1), float(np.exp(rng.normal(mu, sigma))), int(rng.choice(sizes))))
+    return jobs
+
+
 class Recorder(Wrapper):
     """Wraps a policy and keeps (time, allocations, held) of every plan it returns."""
 

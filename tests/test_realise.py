@@ -20,7 +20,7 @@ from dlsched.policies.phases.placement import PLACEMENTS, Pack
 from dlsched.policies.phases.realise import realise
 from dlsched.policies.phases.sizing import DominantShareFilling, Requested
 from dlsched.policies.srtf import srtf
-from tests.test_policies_baselines import job, node, run
+from tests.test_policies_baselines import job, node, random_rigid, run
 
 
 def _state(spec, i, clock, alloc=None):
@@ -116,11 +116,7 @@ def test_strict_fifo_sizes_only_up_to_its_blocked_head():
 @pytest.mark.parametrize("backfill", [False, True])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_incremental_fifo_plans_exactly_as_the_list_path(seed, backfill):
-    rng = np.random.default_rng(seed)
-    jobs, t = [], 0.0
-    for i in range(150):
-        t += float(rng.exponential(30))
-        jobs.append(job(f"r{i}", round(t, 1), float(np.exp(rng.normal(6, 1.2))), int(rng.choice([1, 2, 4, 8]))))
+    jobs = random_rigid(seed, 150, 30, 6, 1.2, [1, 2, 4, 8])
     cluster = node(n=3, gpus=8)
     fast = fifo(backfill=backfill)
     slow = PhasedPolicy(None, Listed(), Requested(), Pack(), name="fifo", backfill=backfill)
@@ -139,11 +135,7 @@ class ListedSRTF(ShortestRemainingTime):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_incremental_srtf_plans_exactly_as_the_list_path(seed):
-    rng = np.random.default_rng(seed)
-    jobs, t = [], 0.0
-    for i in range(200):
-        t += float(rng.exponential(25))
-        jobs.append(job(f"r{i}", round(t, 1), float(np.exp(rng.normal(6, 1.5))), int(rng.choice([1, 1, 2, 4, 8]))))
+    jobs = random_rigid(seed, 200, 25, 6, 1.5, [1, 1, 2, 4, 8])
     cluster = node(n=3, gpus=8)
     fast = srtf()
     slow = Oracle(PhasedPolicy(None, ListedSRTF(), Requested(), Pack(), name="srtf", preempt="minimal"))

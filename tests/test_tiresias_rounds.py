@@ -11,7 +11,7 @@ from dlsched.framework.packing import add_use
 from dlsched.policies.phases.placement import Pack
 from dlsched.policies.phases.realise import Realiser
 from dlsched.policies.tiresias import Tiresias, tiresias
-from tests.test_policies_baselines import job, node, run
+from tests.test_policies_baselines import job, node, random_rigid, run
 from tests.test_realise import _snap, _state
 
 
@@ -35,11 +35,7 @@ class FullRounds(Tiresias):
 
 @pytest.mark.parametrize("seed,knob", [(0, 8.0), (3, 0.0)])
 def test_skipped_rounds_change_nothing(seed, knob):
-    rng = np.random.default_rng(seed)
-    jobs, t = [], 0.0
-    for i in range(150):
-        t += float(rng.exponential(30))
-        jobs.append(job(f"r{i}", round(t, 1), float(np.exp(rng.normal(6.5, 1.5))), int(rng.choice([1, 1, 2, 4, 8]))))
+    jobs = random_rigid(seed, 150, 30, 6.5, 1.5, [1, 1, 2, 4, 8])
     cluster = node(n=3, gpus=8)
     fast = run(jobs, cluster, tiresias(promote_knob=knob)).jobs.set_index("job_id")
     FullRounds.skipped = 0
