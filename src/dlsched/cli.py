@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from dlsched.cli_experiments import experiment_app
 from dlsched.cli_live import register_live
+from dlsched.cli_sweep import register_sweep
 from dlsched.cli_train import train_app
 from dlsched.cli_support import console, err_console, friendly as _friendly, safe
 from dlsched.core.errors import DlschedError
@@ -295,6 +296,7 @@ def trace_info_cmd(
 
 
 register_live(app)  # serve, submit, status, cancel
+register_sweep(app)
 
 
 def main() -> None:  # pragma: no cover
