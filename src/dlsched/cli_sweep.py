@@ -58,12 +58,12 @@ def run_sweep(grid_file: Path, out: Optional[Path], workers: Optional[int], ray_
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from dlsched.core.errors import ConfigError
-    from dlsched.output_folder import check_writable_folder
+    from dlsched.output_folder import atomic_write, check_writable_folder
     from dlsched.paths import traces_dir
     from dlsched.sweep.grid import load_grid
     from dlsched.sweep.report import write_report
     from dlsched.sweep.runner import pending, run_cells
-    from dlsched.sweep.store import ResultsStore, write_atomic
+    from dlsched.sweep.store import ResultsStore
 
     grid = load_grid(grid_file)
     if in_process and ray_address:
@@ -84,7 +84,7 @@ def run_sweep(grid_file: Path, out: Optional[Path], workers: Optional[int], ray_
                               "or name another folder (the same grid there would resume)")
         store.clear()
     out.mkdir(parents=True, exist_ok=True)
-    write_atomic(earlier, lambda p: p.write_text(json.dumps(identity, indent=1)))
+    atomic_write(earlier, lambda p: p.write_text(json.dumps(identity, indent=1)))
     unique = {c.key: c for c in cells}
     todo = pending(cells, store)
     if in_process:

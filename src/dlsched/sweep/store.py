@@ -10,27 +10,17 @@ exists; a cell killed half-way is simply not finished and runs again.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 import pandas as pd
 
+from dlsched.output_folder import atomic_write
 from dlsched.sweep.cell import Cell, CellResult
 
 TABLE = "results.parquet"
 CELLS = "cells"
 LOG = "runs.jsonl"
-
-
-def write_atomic(path: Path, write) -> None:
-    """`write(tmp_path)`, then rename onto `path`: readers see the old file or the new one, never half."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 class ResultsStore:
@@ -75,13 +65,13 @@ class ResultsStore:
             log.write(json.dumps({k: row.get(k) for k in ("key", "name", "started_at", "finished_at", "pid")}) + "\n")
         if result.jobs is not None:
             self.cell_path(cell.name).parent.mkdir(exist_ok=True)
-            write_atomic(self.cell_path(cell.name), lambda p: result.jobs.to_parquet(p, index=False))
+            atomic_write(self.cell_path(cell.name), lambda p: result.jobs.to_parquet(p, index=False))
         t = self.table()
         if len(t):
             t = t[t["key"] != cell.key]
         new = pd.DataFrame([row])
         t = new if not len(t) else pd.concat([t, new], ignore_index=True)
-        write_atomic(self.table_path, lambda p: t.to_parquet(p, index=False))
+        atomic_write(self.table_path, lambda p: t.to_parquet(p, index=False))
         self._table = t
         return row
 
