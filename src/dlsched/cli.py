@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from dlsched.cli_experiments import experiment_app
 from dlsched.cli_live import register_live
+from dlsched.cli_sweep import register_sweep
 from dlsched.cli_train import train_app
 from dlsched.cli_support import console, err_console, friendly as _friendly, safe
 from dlsched.core.errors import DlschedError
@@ -54,18 +55,13 @@ def _run(
     load: Optional[float] = None,
     overwrite: bool = False,
 ) -> None:
-    from dlsched.experiment import run_policies
+    from dlsched.experiment import prepare_run, run_policies
     from dlsched.metrics.report import holds_report, write_report
     from dlsched.output_folder import OutputFolder
     from dlsched.metrics.table import render_table, summary_rows
-    from dlsched.core.utility import with_default_utilities
-    from dlsched.policies.registry import DEFAULT_POLICIES, UTILITY_DRIVEN, check_options, parse_policy_list
+    from dlsched.policies.registry import DEFAULT_POLICIES, check_options, parse_policy_list
     from dlsched.paths import describe_traces, traces_dir
-    from dlsched.presets import load_cluster, trace_cluster
     from dlsched.run_config import load_run_config, with_flags
-    from dlsched.throughput.registry import default_throughput
-    from dlsched.traces import default_workload, load_trace
-    from dlsched.traces.load import at_load
     from dlsched.traces.profiles import PROFILE_MODES
 
     if output_format not in ("table", "json"):
@@ -75,7 +71,6 @@ def _run(
     cfg = with_flags(load_run_config(config), trace=trace, trace_format=trace_format, cluster=cluster_name,
                      policies=None if policies is None else parse_policy_list(policies), limit=limit,
                      elastic=elastic, profiles=profiles, seed=seed)
-    trace, limit, elastic, profiles = cfg.trace, cfg.limit, cfg.elastic, cfg.profiles
     names = cfg.policies or list(DEFAULT_POLICIES)
     for n in names:  # every policy's options checked before the first one runs
         check_options(n, cfg.policy_options.get(n, {}))
@@ -85,44 +80,10 @@ def _run(
     quiet = output_format == "json"
     root = traces_dir(traces)
 
-    if trace:
-        workload = load_trace(trace, cfg.trace_format, limit=limit, elastic=elastic, seed=cfg.sim.seed,
-                              traces=root, profiles=profiles)
-    else:
-        workload = default_workload(measured=profiles != "off", elastic=elastic, limit=limit)
-    cluster = load_cluster(cfg.cluster) if cfg.cluster else trace_cluster(workload)
-    throughput = default_throughput(root, duration_alpha=cfg.throughput.duration_alpha, dl2=cfg.throughput.dl2)
-    sizing = at_load(workload.jobs, cluster, cfg.load if load is None else load, throughput)  # it checks --load
-    cluster = sizing.cluster
-    utility_note = None
-    driven = [n for n in names if n in UTILITY_DRIVEN]
-    if driven:  # score every policy of the comparison on the same utilities
-        workload.jobs, filled = with_default_utilities(workload.jobs)
-        if filled:
-            utility_note = (
-                f"{filled} of {len(workload.jobs)} jobs had none, so all policies are scored on the default "
-                f"from duration d (value 1, target 2d, decay 4/d), as {'/'.join(driven)} needs one"
-            )
-    options = {n: dict(o) for n, o in cfg.policy_options.items()}
-    oracle_note = None
-    undeclared = sum(1 for j in workload.jobs if not j.work_known)
-    if driven and undeclared:  # they plan from each job's work: honest only as labelled oracles
-        for n in driven:
-            options.setdefault(n, {}).setdefault("oracle", True)
-        oracle_note = (f"{undeclared} of {len(workload.jobs)} jobs declare no work and {'/'.join(driven)} plan "
-                       "each job from its work up front (as their paper assumes users declare it), so they run "
-                       "as oracles on the true work, marked (oracle); pass oracle: false under policy_options "
-                       "to have them reject such jobs instead")
-    slot_note = None
-    if "oasis" in names and not {"slot_seconds", "horizon"} & set(options.get("oasis", {})):
-        from dlsched.policies.oasis_jobs import HORIZON_FACTOR, SLOT_DIVISOR, workload_slots
-
-        if (picked := workload_slots(workload.jobs)) is not None:
-            slot, horizon = picked
-            options.setdefault("oasis", {}).update(slot_seconds=slot, horizon=horizon)
-            slot_note = (f"oasis plans in {slot:g} s slots over a {horizon}-slot horizon, chosen from the jobs' "
-                         f"durations (1/{SLOT_DIVISOR:g} of the 10th percentile; {HORIZON_FACTOR:g}x the longest "
-                         "job); set slot_seconds/horizon under policy_options to override")
+    prepared = prepare_run(cfg, names, root, load)
+    workload, cluster, throughput, sizing = prepared.workload, prepared.cluster, prepared.throughput, prepared.sizing
+    options, utility_note, oracle_note, slot_note = (prepared.options, prepared.utility_note, prepared.oracle_note,
+                                                     prepared.slot_note)
     if not quiet:
         console.print(f"[bold]workload[/] {safe(workload.name)}: {len(workload.jobs)} jobs from {safe(workload.source)}")
         console.print(f"[bold]cluster[/]  {cluster.describe()}")
@@ -335,6 +296,7 @@ def trace_info_cmd(
 
 
 register_live(app)  # serve, submit, status, cancel
+register_sweep(app)
 
 
 def main() -> None:  # pragma: no cover

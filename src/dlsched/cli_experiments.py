@@ -27,6 +27,12 @@ _OVERWRITE = typer.Option(False, "--overwrite", help="Write into an --out folder
                           "them by name); without --out: use the default folder even if an earlier run left results.")
 
 
+_WORKERS = typer.Option(1, "--workers", "-w", min=1, help="Cells run at once: 1 (default) runs them one by one in this "
+                        "process; more runs them as tasks on a private local Ray (127.0.0.1) of that many CPUs.")
+_RAY_ADDRESS = typer.Option(None, "--ray-address", help="Run the cells on this Ray cluster ('auto', 'host:port' or "
+                            "'ray://host:port'), at most --workers at once (docs/SWEEP.md).")
+
+
 def _out_help(default: str, what: str) -> str:
     return (f"{what} Default: {default}, or the first {default}-N that is empty: an earlier run's results are "
             "never replaced silently (a named folder holding files needs --overwrite).")
@@ -196,6 +202,8 @@ def dl2_experiment(
     traces: int = typer.Option(10, "--traces", min=1, help="Held-out DL2 workloads (test seeds, never used in training)."),
     real_trace: bool = typer.Option(True, "--real-trace/--no-real-trace", help="Also run the model on the embedded ITP trace slice."),
     overwrite: bool = _OVERWRITE,
+    workers: int = _WORKERS,
+    ray_address: Optional[str] = _RAY_ADDRESS,
 ) -> None:
     """Rerun DL2's comparison: mean JCT vs DRF and Optimus on held-out DL2 workloads (mean ± std),
     the ablations when their models are given, and generalisation to a real trace."""
@@ -204,7 +212,8 @@ def dl2_experiment(
     out = _results_folder(out, "dl2-results", overwrite)
     with _steps("DL2", traces + (1 if real_trace else 0)) as step:
         report = run_dl2_experiment(out, str(model) if model else None, str(warmup_only) if warmup_only else None,
-                                    str(rl_only) if rl_only else None, traces, real_trace, on_step=step)
+                                    str(rl_only) if rl_only else None, traces, real_trace, on_step=step,
+                                    workers=workers, address=ray_address)
     _console.print(report.summary.round(3).to_string(index=False))
     for k, v in report.ratios.items():
         _console.print(f"{k}: {v:.3f}")
@@ -253,8 +262,8 @@ def fidelity_experiment(
 @experiment_app.command("real-traces")
 @_friendly
 def real_traces_experiment(
-    out: Path = typer.Option(Path("real-traces-results"), "--out", "-o", help="Folder for cells/ (one file per run, so a "
-                             "killed or repeated run resumes: it runs only the cells not there yet), runs.csv, summary.csv, claims.csv, RESULTS.md and one PNG per metric."),
+    out: Path = typer.Option(Path("real-traces-results"), "--out", "-o", help="Folder for results.parquet and cells/ (a row "
+                             "and a file per run, so a killed or repeated run resumes: it runs only the cells not there yet), runs.csv, summary.csv, claims.csv, RESULTS.md and one PNG per metric."),
     policies: Optional[str] = typer.Option(None, "--policies", "-p", help="Comma-separated policies (default: the baselines, "
                                            "the published systems, kube-autoscale and edf)."),
     cases: Optional[str] = typer.Option(None, "--cases", help="Comma-separated workloads (default: all; see --help text)."),
@@ -262,6 +271,8 @@ def real_traces_experiment(
     traces: Optional[Path] = typer.Option(None, "--traces", help="Shared traces folder (default: $DLSCHED_TRACES, else ../shared/traces)."),
     report_only: bool = typer.Option(False, "--report-only", help="Run nothing: write the tables from the cells already "
                                      "in --out (a policy missing a draw reads 'not run')."),
+    workers: int = _WORKERS,
+    ray_address: Optional[str] = _RAY_ADDRESS,
 ) -> None:
     """Run every policy on real traces whose jobs run on measured scaling curves (ITP deadline clusters
     195job, cluster03 and cluster02; the first 2,000 Philly jobs with three seeded profile draws), each on a
@@ -287,6 +298,7 @@ def real_traces_experiment(
     names = tuple(parse_policy_list(policies)) if policies else exp.POLICIES
     total = sum(c.seeds for c in chosen.values()) * len(names)
     with _steps("real traces", total) as step:
-        runs = exp.run(out, root, cases=chosen, policies=names, step=step, report_only=report_only)
+        runs = exp.run(out, root, cases=chosen, policies=names, step=step, report_only=report_only, workers=workers,
+                       address=ray_address)
     _console.print((out / "RESULTS.md").read_text(), markup=False, highlight=False)
     _console.print(f"{len(runs)} runs; wrote {out}/RESULTS.md, summary.csv, claims.csv and plots")

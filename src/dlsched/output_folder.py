@@ -20,11 +20,24 @@ through here: rerunning into them continues the earlier run by design.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from dlsched.core.errors import ConfigError
+
+
+def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
+    """`write(tmp)` to a temporary file in the same directory, then rename it onto `path`, so
+    readers (and a run killed half-way) see the old file or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
 
 
 def not_empty(folder: Path) -> bool:

@@ -19,6 +19,9 @@ from dlsched.presets import load_cluster
 from dlsched.rl.train_dl2 import DL2TrainConfig
 from dlsched.sim.config import SimConfig
 from dlsched.sim.engine import simulate
+from dlsched.sweep.cell import CellResult, content_key
+from dlsched.sweep.runner import run_cells
+from dlsched.sweep.store import ResultsStore
 from dlsched.throughput.registry import default_throughput
 from dlsched.traces import default_workload
 from dlsched.traces.sizing import made_elastic
@@ -44,29 +47,34 @@ def run_dl2_experiment(
     real_trace: bool = True,
     config: DL2TrainConfig | None = None,
     on_step: Callable[[str], None] | None = None,
+    workers: int = 1,
+    address: str | None = None,
 ) -> DL2Report:
+    """The held-out grid (test seed × policy) runs as sweep cells (`dlsched.sweep`): in this process
+    with one worker, on Ray with more or with an `address`; the real-trace comparison after it."""
     cfg = config or DL2TrainConfig()
     out.mkdir(parents=True, exist_ok=True)
-    policies: dict[str, Callable[[], Policy]] = {
-        "drf": lambda: make_policy("drf"),
-        "optimus": lambda: make_policy("optimus"),
-        "dl2": lambda: dl2(model, slot_seconds=cfg.slot_seconds),
-    }
+    models = {"drf": None, "optimus": None, "dl2": model}
     if warmup_only_model:
-        policies["dl2-warmup-only"] = lambda: Named(dl2(warmup_only_model, slot_seconds=cfg.slot_seconds), "dl2-warmup-only")
+        models["dl2-warmup-only"] = warmup_only_model
     if rl_only_model:
-        policies["dl2-rl-only"] = lambda: Named(dl2(rl_only_model, slot_seconds=cfg.slot_seconds), "dl2-rl-only")
-    cluster, tp = load_cluster(cfg.cluster), default_throughput(traces_dir())
-    sim = SimConfig(restart_overhead=cfg.restart_overhead)
-    rows = []
-    for seed in cfg.seeds("test", traces):
-        jobs = cfg.workload(seed)
-        for name, make in policies.items():
-            s = simulate(jobs, cluster, make(), tp, sim.model_copy(update={"seed": seed})).summary
-            rows.append({"seed": seed, "policy": name, "mean_jct_slots": s["mean_jct"] / cfg.slot_seconds,
-                         "makespan_slots": s["makespan"] / cfg.slot_seconds, "finished": s["finished"], "jobs": s["jobs"]})
-        if on_step:
-            on_step(f"test trace {seed}")
+        models["dl2-rl-only"] = rl_only_model
+    config_json = cfg.model_dump(mode="json")
+    seeds = cfg.seeds("test", traces)
+    cells = [DL2Cell(seed, name, m, config_json) for seed in seeds for name, m in models.items()]
+    left = {seed: len(models) for seed in seeds}
+
+    def done(cell: "DL2Cell", _row: dict) -> None:
+        left[cell.seed] -= 1
+        if on_step and not left[cell.seed]:
+            on_step(f"test trace {cell.seed}")
+
+    store = ResultsStore(out / "cells")
+    store.clear()  # the folder is this run's (`OutputFolder`): an earlier run's cells are not reused
+    table = run_cells(cells, store, workers=workers, address=address, on_done=done)
+    columns = ["seed", "policy", "mean_jct_slots", "makespan_slots", "finished", "jobs"]
+    rows = [table[table["key"] == c.key].iloc[0][columns].to_dict() for c in cells]
+    policies = models
     runs = pd.DataFrame(rows)
     summary = runs.groupby("policy", sort=False).agg(
         mean_jct_slots=("mean_jct_slots", "mean"), std=("mean_jct_slots", "std"),
@@ -77,6 +85,44 @@ def run_dl2_experiment(
     report = DL2Report(runs, summary, ratios, trace)
     report.files = _write(report, out, traces)
     return report
+
+
+@dataclass(frozen=True)
+class DL2Cell:
+    """One held-out DL2 workload (test `seed`) under one policy, as a sweep cell; `model` is the DL2
+    model file for the dl2 variants (None: the shipped one), `config` the training config as JSON."""
+
+    seed: int
+    policy: str
+    model: str | None
+    config: dict
+
+    @property
+    def key(self) -> str:
+        return content_key({"kind": "dl2", "seed": self.seed, "policy": self.policy, "model": self.model,
+                            "config": self.config})
+
+    @property
+    def name(self) -> str:
+        return f"s{self.seed}__{self.policy}"
+
+    def labels(self) -> dict:
+        return {"seed": self.seed, "policy": self.policy}
+
+    def _policy(self, cfg: DL2TrainConfig) -> Policy:
+        if not self.policy.startswith("dl2"):
+            return make_policy(self.policy)
+        policy = dl2(self.model, slot_seconds=cfg.slot_seconds)
+        return policy if self.policy == "dl2" else Named(policy, self.policy)
+
+    def run(self) -> CellResult:
+        cfg = DL2TrainConfig.model_validate(self.config)
+        cluster, tp = load_cluster(cfg.cluster), default_throughput(traces_dir())
+        sim = SimConfig(restart_overhead=cfg.restart_overhead, seed=self.seed)
+        s = simulate(cfg.workload(self.seed), cluster, self._policy(cfg), tp, sim).summary
+        return CellResult({**self.labels(), "mean_jct_slots": s["mean_jct"] / cfg.slot_seconds,
+                           "makespan_slots": s["makespan"] / cfg.slot_seconds, "finished": s["finished"],
+                           "jobs": s["jobs"]})
 
 
 def _real_trace(model: str | None, cfg: DL2TrainConfig, on_step) -> pd.DataFrame:

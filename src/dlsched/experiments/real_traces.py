@@ -20,24 +20,27 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import pandas as pd
-from matplotlib import colormaps
-from matplotlib.figure import Figure
 from scipy import stats
 
 from dlsched.core.errors import ConfigError
 from dlsched.core.utility import with_default_utilities
+from dlsched.metrics.plots import ci_bars
 from dlsched.policies.oasis_jobs import workload_slots
 from dlsched.policies.registry import DEFAULT_POLICIES, UTILITY_DRIVEN, make_policy
 from dlsched.presets import load_cluster
 from dlsched.sim.config import SimConfig
 from dlsched.sim.engine import simulate
 from dlsched.throughput.registry import default_throughput
+from dlsched.sweep.cell import CellResult, content_key
+from dlsched.sweep.runner import pending, run_cells
+from dlsched.sweep.store import ResultsStore
 from dlsched.traces import load_trace
 from dlsched.traces.load import cluster_for_load, offered_load
 
@@ -162,6 +165,7 @@ def paired_ci(t: pd.DataFrame, ref: pd.DataFrame, name: str, how: str, seed: int
     return value, float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
+@lru_cache(maxsize=2)  # the policies of one draw share it when the cells run in one process
 def load_case(name: str, case: TraceCase, root: Path, seed: int):
     """The jobs (with default utilities), the load-sized cluster and the offered load of one draw."""
     path = root / case.path
@@ -174,47 +178,73 @@ def load_case(name: str, case: TraceCase, root: Path, seed: int):
     return jobs, cluster, throughput, offered_load(jobs, cluster, throughput), w.notes
 
 
+@dataclass(frozen=True)
+class RealTraceCell:
+    """One (workload, draw, policy) run of this experiment, as a sweep cell (`dlsched.sweep`):
+    its per-job table is `cells/<case>__s<seed>__<policy>.parquet`, its row the run's facts."""
+
+    case_name: str
+    case: TraceCase
+    seed: int
+    policy: str
+    root: str
+
+    @property
+    def key(self) -> str:
+        return content_key({"kind": "real-traces", "case": self.case_name, **asdict(self.case), "seed": self.seed,
+                            "policy": self.policy, "load": LOAD})
+
+    @property
+    def name(self) -> str:
+        return f"{self.case_name}__s{self.seed}__{self.policy}"
+
+    def labels(self) -> dict:
+        return {"case": self.case_name, "seed": self.seed, "policy": self.policy}
+
+    def run(self) -> CellResult:
+        jobs, cluster, throughput, ol, notes = load_case(self.case_name, self.case, Path(self.root), self.seed)
+        opts = {"oracle": True} if self.policy in ORACLES else {}
+        if self.policy == "oasis" and (picked := workload_slots(jobs)):  # from the trace, as `compare` does
+            opts.update(slot_seconds=picked[0], horizon=picked[1])
+        t0 = time.perf_counter()
+        r = simulate(jobs, cluster, make_policy(self.policy, **opts), throughput, SimConfig(seed=self.seed))
+        return CellResult({
+            **self.labels(), "sim_wall_s": time.perf_counter() - t0, "oracle": bool(r.summary["oracle"]),
+            "cluster": cluster.describe(), "gpus": cluster.total_gpus, "offered_load": ol.load, "jobs": len(jobs),
+            "finished": r.summary["finished"], "rejected": r.summary["rejected"], "notes": json.dumps(notes)},
+            _job_table(r))
+
+
 def run(out: Path, root: Path, *, cases: dict[str, TraceCase] | None = None, policies: tuple[str, ...] = POLICIES,
-        step: Callable[[str], None] | None = None, report_only: bool = False) -> pd.DataFrame:
-    """Run every (case, draw, policy) cell not already in `out/cells/`, then write the tables,
-    plots and RESULTS.md. Returns one row per cell. A killed run resumes where it stopped.
+        step: Callable[[str], None] | None = None, report_only: bool = False, workers: int = 1,
+        address: str | None = None) -> pd.DataFrame:
+    """Run every (case, draw, policy) cell not already finished in `out` (`dlsched.sweep`: its
+    results.parquet and cells/), in this process or on Ray (`workers`, `address`), then write the
+    tables, plots and RESULTS.md. Returns one row per cell. A killed run resumes where it stopped.
     `report_only`: run nothing, write the report from the cells there are (a policy missing a
     draw of a workload reads "not run" there)."""
     cases = CASES if cases is None else cases
-    cells_dir = out / "cells"
-    cells_dir.mkdir(parents=True, exist_ok=True)
+    (out / "cells").mkdir(parents=True, exist_ok=True)
+    cells = [RealTraceCell(cname, case, seed, p, str(root))
+             for cname, case in cases.items() for seed in range(case.seeds) for p in policies]
+    store = ResultsStore(out)
+    if not report_only:
+        todo = {c.key for c in pending(cells, store)}
+        for c in cells:
+            if step is not None and c.key not in todo:
+                step(f"{c.case_name} s{c.seed} {c.policy} (done before)")
+        run_cells(cells, store, workers=workers, address=address,
+                  on_done=None if step is None else lambda c, _: step(f"{c.case_name} s{c.seed} {c.policy}"))
+    table = store.table()
     rows = []
-    for cname, case in cases.items():
-        for seed in range(case.seeds):
-            loaded = None
-            for p in policies:
-                f = cells_dir / f"{cname}__s{seed}__{p}.parquet"
-                meta_f = f.with_suffix(".json")
-                if not (f.exists() and meta_f.exists()):
-                    if report_only:
-                        continue
-                    if loaded is None:
-                        loaded = load_case(cname, case, root, seed)
-                    jobs, cluster, throughput, ol, notes = loaded
-                    opts = {"oracle": True} if p in ORACLES else {}
-                    if p == "oasis" and (picked := workload_slots(jobs)):  # from the trace, as `compare` does
-                        opts.update(slot_seconds=picked[0], horizon=picked[1])
-                    t0 = time.perf_counter()
-                    r = simulate(jobs, cluster, make_policy(p, **opts), throughput, SimConfig(seed=seed))
-                    wall = time.perf_counter() - t0
-                    _job_table(r).to_parquet(f)
-                    meta_f.write_text(json.dumps({
-                        "case": cname, "seed": seed, "policy": p, "wall_s": wall, "oracle": bool(r.summary["oracle"]),
-                        "cluster": cluster.describe(), "gpus": cluster.total_gpus, "offered_load": ol.load,
-                        "jobs": len(jobs), "finished": r.summary["finished"], "rejected": r.summary["rejected"],
-                        "notes": notes}))
-                meta = json.loads(meta_f.read_text())
-                t = pd.read_parquet(f)
-                rows.append({**{k: meta[k] for k in ("case", "seed", "policy", "wall_s", "oracle", "gpus",
-                                                    "offered_load", "jobs", "finished", "rejected")},
-                             **{m: _metric(t, m) for m in METRICS}})
-                if step is not None:
-                    step(f"{cname} s{seed} {p}")
+    for c in cells:
+        if not store.done(c):
+            continue
+        meta = table[table["key"] == c.key].iloc[-1]
+        t = store.jobs(c)
+        rows.append({**{k: meta[k] for k in ("case", "seed", "policy", "wall_s", "oracle", "gpus", "offered_load",
+                                            "jobs", "finished", "rejected")},
+                     **{m: _metric(t, m) for m in METRICS}})
     runs = pd.DataFrame(rows)
     write_results(out, runs, cases, policies)
     return runs
@@ -264,24 +294,9 @@ def summarize(out: Path, cases: dict[str, TraceCase], policies) -> tuple[pd.Data
 
 
 def _plot(summary: pd.DataFrame, metric: str, path: Path) -> None:
-    d = summary[summary["metric"] == metric]
-    cases, pols = list(dict.fromkeys(d["case"])), list(dict.fromkeys(d["policy"]))
-    fig = Figure(figsize=(max(8, 1.4 * len(cases) * len(pols) / 4), 4.5))
-    ax = fig.subplots()
-    width = 0.8 / len(pols)
-    for i, p in enumerate(pols):
-        dp = d[d["policy"] == p].set_index("case").reindex(cases)
-        x = np.arange(len(cases)) + i * width
-        err = np.vstack([dp["value"] - dp["low"], dp["high"] - dp["value"]]).clip(min=0)
-        ax.bar(x, dp["value"], width, yerr=err, capsize=2, label=p, color=colormaps["tab20"](i % 20))
-    ax.set_xticks(np.arange(len(cases)) + 0.4 - width / 2, cases)
-    ax.set_ylabel(METRICS[metric][0])
-    if metric in ("mean_jct_h", "p95_jct_h"):  # collapsed schedulers are 100x the best: log scale
-        ax.set_yscale("log")
-    ax.set_title(f"{METRICS[metric][0]} ({METRICS[metric][1]} is better), 95% bootstrap CI, load {LOAD}")
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    d = summary[summary["metric"] == metric].rename(columns={"case": "group"})
+    ci_bars(d, METRICS[metric][0], f"{METRICS[metric][0]} ({METRICS[metric][1]} is better), 95% bootstrap CI, "
+            f"load {LOAD}", path, log=metric in ("mean_jct_h", "p95_jct_h"))
 
 
 def write_results(out: Path, runs: pd.DataFrame, cases: dict[str, TraceCase], policies) -> None:

@@ -192,3 +192,29 @@ def queue(results: Sequence[SimResult], labels: Sequence[str], axis: TimeAxis) -
     """Jobs waiting (pending, including preempted ones) over time, bin-averaged."""
     bins = axis.bins_text
     return _timeline_figure(results, labels, axis, "queue", None, "waiting jobs", f"Queue length ({bins})")
+
+
+def ci_bars(summary, ylabel: str, title: str, path, log: bool = False) -> None:
+    """Grouped bars with confidence intervals, saved as a PNG at `path`: one group per distinct
+    `group` of `summary` (columns group, policy, value, low, high), one bar per policy. The
+    experiments and the sweep report compare policies across workloads with it."""
+    from matplotlib import colormaps
+
+    groups, pols = list(dict.fromkeys(summary["group"])), list(dict.fromkeys(summary["policy"]))
+    fig = Figure(figsize=(max(8, 1.4 * len(groups) * len(pols) / 4), 4.5))
+    ax = fig.subplots()
+    width = 0.8 / len(pols)
+    for i, p in enumerate(pols):
+        dp = summary[summary["policy"] == p].set_index("group").reindex(groups)
+        x = np.arange(len(groups)) + i * width
+        err = np.vstack([dp["value"] - dp["low"], dp["high"] - dp["value"]]).clip(min=0)
+        err = np.nan_to_num(err)  # no interval (one seed): no whisker
+        ax.bar(x, dp["value"], width, yerr=err, capsize=2, label=p, color=colormaps["tab20"](i % 20))
+    ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2, groups)
+    ax.set_ylabel(ylabel)
+    if log:  # collapsed schedulers are 100x the best: log scale
+        ax.set_yscale("log")
+    ax.set_title(title)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

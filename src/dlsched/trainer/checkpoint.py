@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 import xxhash
 
+from dlsched.output_folder import atomic_write
 from dlsched.trainer.protocol import DONE, LEGACY_CHECKPOINT, checkpoint_name, list_checkpoints, parse_checkpoint_name
 
 FORMAT = 1
@@ -45,17 +46,6 @@ def file_digest(path: Path) -> str:
             return digest(b"")
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
             return digest(m)
-
-
-def atomic_write_bytes(path: Path, write) -> None:
-    """Write via a temporary file in the same directory and rename, so readers never see half a file."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def save(job_dir: Path, state: dict) -> Path:
@@ -164,7 +154,7 @@ def check_compatible(state: dict, model: str, width: int, seed: int) -> None:
 
 
 def write_done(job_dir: Path, info: dict) -> None:
-    atomic_write_bytes(Path(job_dir) / DONE, lambda p: p.write_text(json.dumps(info)))
+    atomic_write(Path(job_dir) / DONE, lambda p: p.write_text(json.dumps(info)))
 
 
 def opt_state_by_name(opt: torch.optim.Optimizer, named: dict[str, torch.Tensor]) -> dict[str, dict]:
