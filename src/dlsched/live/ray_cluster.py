@@ -23,6 +23,7 @@ without that rewrite (`_keep_loopback`).
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -71,17 +72,18 @@ def connect(address: str | None, prefix: str, num_cpus: int | None = None) -> An
             resources={DEFAULT_SLOT: float(cpus), f"{prefix}local": 1.0}, object_store_memory=DEFAULT_OBJECT_STORE))
         try:
             with _keep_loopback(True):
-                ray.init(address=head.address, _node_ip_address="127.0.0.1", log_to_driver=False)
+                ray.init(address=head.address, _node_ip_address="127.0.0.1", log_to_driver=False, logging_level=logging.WARNING)
         except BaseException:
             head.shutdown()
             raise
         return head
     if address.startswith("ray://"):
-        ray.init(address=address, log_to_driver=False)
+        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         return None
     loopback = (address.rsplit(":", 1)[0] if ":" in address else address) in LOOPBACK
     with _keep_loopback(loopback):
-        ray.init(address=address, _node_ip_address="127.0.0.1" if loopback else None, log_to_driver=False)
+        ray.init(address=address, _node_ip_address="127.0.0.1" if loopback else None, log_to_driver=False,
+                 logging_level=logging.WARNING)
     return None
 
 
