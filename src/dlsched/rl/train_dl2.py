@@ -137,7 +137,7 @@ def train_dl2(cfg: DL2TrainConfig, out: Path, teacher: Teacher, student: Student
             raise ConfigError(f"{ckpt_path} was made with another config; use the same config or a new --out")
         net.load_state_dict(blob["net"])
         state = blob["state"]
-    history = RLHistory(rows=list(state["history"]))
+    history = RLHistory(rows=list(state["history"]), env_steps=state.get("env_steps", 0))
 
     def save(best: dict | None = None) -> None:
         state["seconds"] = state.get("seconds_before", 0.0) + time.monotonic() - started
@@ -145,6 +145,11 @@ def train_dl2(cfg: DL2TrainConfig, out: Path, teacher: Teacher, student: Student
         history.write_csv(out / "validation.csv")
 
     state["seconds_before"] = state.get("seconds", 0.0)
+
+    def clock() -> float:
+        """Seconds of training so far, over every run of a resumed training."""
+        return state["seconds_before"] + time.monotonic() - started
+
     if state["phase"] == "warmup":
         if cfg.warmup_traces and cfg.warmup_epochs:
             seeds = cfg.seeds("train", cfg.warmup_traces)
@@ -173,17 +178,17 @@ def train_dl2(cfg: DL2TrainConfig, out: Path, teacher: Teacher, student: Student
             history.best_jct = state["best_jct"]
 
         def checkpoint(ep: int, hist: RLHistory) -> None:
-            state.update(episode=ep, history=hist.rows, best_state=hist.best_state, best_jct=hist.best_jct)
+            state.update(episode=ep, history=hist.rows, best_state=hist.best_state, best_jct=hist.best_jct, env_steps=hist.env_steps)
             save()
 
-        def on_episode(ep: int, jct: float, row: dict | None) -> None:
+        def on_episode(ep: int, jct: float, row: dict | None, steps: int) -> None:
             note = f"train JCT {jct / cfg.slot_seconds:.2f} slots"
             if row:
                 note += f", validation {row['validation_jct_s'] / cfg.slot_seconds:.2f}"
-            say("RL: actor-critic", ep, cfg.rl_episodes, note)
+            say("RL: actor-critic", ep, cfg.rl_episodes, note + f", {steps / max(clock(), 1e-9):.0f} steps/s")
 
         history = train_rl(net, env, cfg.seeds("train", min(cfg.rl_episodes, cfg.train_seeds[1] - cfg.train_seeds[0])),
-                           validator(cfg, student, traces), rl_cfg, on_episode, history, state["episode"], checkpoint)
+                           validator(cfg, student, traces), rl_cfg, on_episode, history, state["episode"], checkpoint, clock=clock)
         if history.best_state is not None:
             net.load_state_dict(history.best_state)
     if not history.rows:  # no RL: still say how the warmed-up network does on validation
