@@ -18,6 +18,7 @@ same seed always gives the same jobs.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +47,13 @@ def resolve_trace_files(files: tuple[str, ...], traces: Path | None) -> list[Pat
     return paths
 
 
+@lru_cache(maxsize=8)
+def trace_jobs(path: Path, profiles: str, seed: int) -> tuple[JobSpec, ...]:
+    """A trace file's jobs, read once per process (the check, the training and the validation
+    windows all read the same files): on named curves ("auto") or `measured_jobs`."""
+    return tuple(load_trace(path, profiles="auto").jobs if profiles == "auto" else measured_jobs(path, seed))
+
+
 def measured_jobs(path: Path, seed: int = 0) -> list[JobSpec]:
     """The trace's jobs on measured curves: those its rows name ("auto"), or, when it names no
     model with a curve, a seeded draw of one fitting each job ("draw")."""
@@ -71,10 +79,12 @@ class TraceWindows:
         self.seed = seed
         self._jobs: dict[Path, list[JobSpec]] = {}
 
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_jobs": {}}  # a worker reads the files itself rather than receive them
+
     def _trace(self, path: Path) -> list[JobSpec]:
-        if path not in self._jobs:  # read once: a trace file is parsed in seconds, a window in none
-            jobs = load_trace(path, profiles="auto").jobs if self.profiles == "auto" else measured_jobs(path, self.seed)
-            jobs = jobs[self.first_row:]
+        if path not in self._jobs:
+            jobs = list(trace_jobs(path, self.profiles, self.seed)[self.first_row:])
             lo, hi = (int(round(f * len(jobs))) for f in self.part)
             self._jobs[path] = jobs[lo:hi]
         return self._jobs[path]
