@@ -18,6 +18,15 @@ pytestmark = pytest.mark.skipif(traces_dir() is None, reason="needs ../shared/tr
 TINY = dict(num_jobs=6, warmup_traces=1, warmup_epochs=2, validation_traces=1, batch=16, replay=64, window=4)
 
 
+@pytest.fixture(autouse=True)
+def _keep_torch_threads():
+    """train_dl2 sets torch to one thread for the process; give the next test what it had (the
+    warm-up test's accuracy differs in the last digit with one thread)."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 def _roles():
     from dlsched.policies.dl2 import DL2Policy
     from dlsched.policies.registry import make_policy
