@@ -27,22 +27,46 @@ def train_dl2_cmd(
     traces: Optional[Path] = typer.Option(None, "--traces", help="Shared traces folder (DL2's measured speeds, the ITP deadline traces). Default: "
                                           "$DLSCHED_TRACES, else ../shared/traces beside the source checkout."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Train afresh in an --out folder that already holds files."),
+    trace: Optional[str] = typer.Option(None, "--trace", help="Train on windows of these traces (FILE[,FILE...], any format "
+                                        "`dlsched simulate -t` reads) on measured curves; validation on the last "
+                                        "trace_holdout of each file unless the config names trace_validation."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="RL rollout workers playing episodes at once "
+                                          "(config rollout_workers; 1: the serial learner). Ray actors by default."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Run the rollout workers on this Ray cluster "
+                                              "(auto, host:port, ray://host:port) instead of a private local Ray."),
 ) -> None:
     """Train DL2: supervised warm-up on a teacher's decisions (DRF by default), then actor-critic RL
-    with prioritised replay, validated on held-out workloads: DL2's (default) or, with `workloads: itp`
-    in the config, windows of the ITP deadline traces on measured curves. Resumable; prints where the model is."""
+    with prioritised replay, validated on held-out workloads: DL2's (default), windows of the ITP
+    deadline traces (`workloads: itp`) or of any trace (--trace) on measured curves. With --workers N
+    the RL episodes are played by N rollout workers (Ray, or OS processes with `rollout_backend:
+    process`). Resumable, also with another worker count; prints where the model is."""
     from dlsched.policies.dl2 import DL2Policy
     from dlsched.policies.registry import make_policy
     from dlsched.rl.train_dl2 import DL2TrainConfig, train_dl2
-    from dlsched.config import read_yaml_model
+    from pydantic import ValidationError
+
+    from dlsched.config import read_yaml_model, validation_problems
+    from dlsched.core.errors import ConfigError
     from dlsched.output_folder import OutputFolder, check_writable_folder
     from dlsched.paths import traces_dir
 
     cfg = read_yaml_model(config, DL2TrainConfig, "DL2 training config") if config else DL2TrainConfig()
     root = traces_dir(traces)
-    updates = {k: v for k, v in (("rl_episodes", rl_episodes), ("warmup_traces", warmup_traces)) if v is not None}
+    updates = {k: v for k, v in (("rl_episodes", rl_episodes), ("warmup_traces", warmup_traces), ("rollout_workers", workers),
+                                 ("ray_address", ray_address)) if v is not None}
+    if trace is not None:
+        files = tuple(f.strip() for f in trace.split(",") if f.strip())
+        if not files:
+            raise ConfigError("--trace: give at least one trace file")
+        updates.update(workloads="trace", trace_files=files)
+    if ray_address is not None:
+        updates["rollout_backend"] = "ray"
     if updates:
-        cfg = DL2TrainConfig(**{**cfg.model_dump(), **updates})
+        try:
+            cfg = DL2TrainConfig(**{**cfg.model_dump(), **updates})
+        except ValidationError as exc:
+            raise ConfigError("; ".join(validation_problems(exc))) from None
+    cfg.check_workloads(root)  # a missing or too small trace: one line before anything starts
     if resume:  # the folder is the training's state: continue there
         out = out or Path("dl2-training")
         check_writable_folder(out)

@@ -10,8 +10,9 @@ one task at a time (DL2's encoding is the default configuration, not baked into 
   their total work done during the slot (`info["slot_reward"]` too; `info["job_rewards"]` has
   each job's part, for agents that credit an action to the job it touched). The fraction uses the true
   total, which the simulator knows; it trains the agent and is never part of the observation.
-- Episode: a workload drawn by `workload(seed)` for the seed given to `reset` (or the next seed of
-  the environment's own generator), run until every job ended (`terminated`) or `max_slots`
+- Episode: a workload drawn by `workload(seed, **options)` for the seed given to `reset` (or the next
+  seed of the environment's own generator; `options`, e.g. `{"num_jobs": 20}` for a curriculum over
+  workload sizes, are passed on to the workload function), run until every job ended (`terminated`) or `max_slots`
   (`truncated`). `info["result"]` holds the SimResult at the end.
 
 The simulator owns time: the environment drives `Simulator.steps`, which yields a Snapshot at the
@@ -88,12 +89,13 @@ class SchedulingEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         wl_seed = int(seed) if seed is not None else int(self.np_random.integers(0, 2**31 - 1))
-        jobs = self.workload(wl_seed)
+        jobs = self.workload(wl_seed, **options) if options else self.workload(wl_seed)
         sim = Simulator(self.cluster, self.throughput, SlotClock(self.slot_seconds),
                         self.config.model_copy(update={"seed": wl_seed}))
         self._steps = sim.steps(jobs)
         self._remaining = RemainingWork()
         self.slots = 0
+        self.episode_steps = 0  # actions taken in this episode (what "env steps" counts)
         self.result = None
         snap = next(self._steps)  # every workload has at least one job, so a decision is due
         self._begin_slot(snap)
@@ -102,6 +104,7 @@ class SchedulingEnv(gym.Env):
     def step(self, action: int):
         if self.builder is None:
             raise RuntimeError("call reset() first (the episode ended)")
+        self.episode_steps += 1
         if self.builder.apply(int(action)):
             return self.builder.state(), 0.0, False, False, self._info()
         return self._end_slot()
