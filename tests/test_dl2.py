@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -96,6 +98,18 @@ def test_replay_samples_by_priority_and_clips_errors():
     assert w.max() == pytest.approx(1.0)
     rb.update(np.array([3]), np.array([100.0]))
     assert rb.priority[3] == pytest.approx((1.0 + rb.eps) ** rb.alpha)
+
+
+def test_entropy_bonus_is_dl2s_mean_over_states_and_actions():
+    # DL2's network.py: entropy = reduce_mean(p * log p) over the (batch, actions) matrix. A state
+    # uniform over k valid actions of A has entropy log k, so the term is log k / A per state.
+    from dlsched.rl.actor_critic import entropy_bonus
+
+    mask = torch.tensor([[True, True, False, False], [True, True, True, True]])
+    logits = torch.zeros(2, 4).masked_fill(~mask, -1e9)
+    logp = torch.log_softmax(logits, 1)
+    got = float(entropy_bonus(logp.exp(), logp, mask))
+    assert got == pytest.approx((math.log(2) / 4 + math.log(4) / 4) / 2, rel=1e-6)
 
 
 def test_warmup_imitates_the_teacher():

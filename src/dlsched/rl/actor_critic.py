@@ -4,7 +4,10 @@ Per DL2's code (`train.py`, default settings):
 - every action of slot t is stored with the same target, the slot's reward r_t (no discounting
   across slots: `LT_REWARD_IN_TS=False`);
 - advantage A = r − V(s), weighted by the replay's importance weights;
-- policy loss −mean(w · log π(a|s) · A) − β · entropy, β = 0.1; critic loss mean(w · (V(s) − r)²);
+- policy loss −mean(w · log π(a|s) · A) − β · H̄, β = 0.1, where H̄ is DL2's entropy term: the mean
+  of −π log π over the batch *and the 3J + 1 actions* (`tf.reduce_mean` in its `network.py`), i.e.
+  the per-state entropy divided by the number of actions (`entropy_bonus`); critic loss
+  mean(w · (V(s) − r)²);
 - Adam, lr 1e-4, batch 256, one update per slot once the buffer holds a batch;
 - job-aware exploration while collecting (`rl.exploration`).
 DL2 trains with up to 28 A3C agents on a GPU; `train_rl` here is one agent on the CPU (several:
@@ -85,6 +88,17 @@ class RLHistory:
             w.writerows(self.rows)
 
 
+def entropy_bonus(probs: torch.Tensor, logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """DL2's entropy term for a batch of (B, A) action distributions: −π log π averaged over the B
+    states and the A actions, invalid actions counting 0 (as their probability is 0).
+
+    Why the division by A matters: weighting the per-state entropy itself by β = 0.1 (what this
+    code did until issue 16) makes the bonus A = 61 times DL2's at J = 20, and RL then drove the
+    policy to uniform over the valid actions within ~100 episodes (docs/DL2.md, "Why RL did not
+    move")."""
+    return -(probs * logp.masked_fill(~mask, 0.0)).sum(1).mean() / probs.shape[1]
+
+
 def update(net: DL2Net, opt: torch.optim.Optimizer, replay: PrioritizedReplay, cfg: RLConfig) -> tuple[float, float]:
     idx, s, m, a, r, w = replay.sample(cfg.batch)
     if len(idx) < 2:
@@ -98,7 +112,7 @@ def update(net: DL2Net, opt: torch.optim.Optimizer, replay: PrioritizedReplay, c
     value = net.value(s_t)
     adv = (r_t - value).detach()
     policy_loss = -(w_t * logp.gather(1, a_t[:, None]).squeeze(1) * adv).mean()
-    entropy = -(probs * logp.masked_fill(~m_t, 0.0)).sum(1).mean()
+    entropy = entropy_bonus(probs, logp, m_t)
     critic_loss = (w_t * (value - r_t) ** 2).mean()
     loss = policy_loss - cfg.entropy * entropy + critic_loss
     opt.zero_grad()

@@ -58,7 +58,7 @@ class DL2TrainConfig(BaseModel):
     warmup_lr: float = Field(0.005, gt=0)
     rl_episodes: int = Field(200, ge=0, description="0: no RL")
     rl_lr: float = Field(1e-4, gt=0)
-    entropy: float = Field(0.1, ge=0)
+    entropy: float = Field(0.1, ge=0, description="β on DL2's entropy term (averaged over states and actions: `entropy_bonus`)")
     batch: int = Field(256, ge=2)
     replay: int = Field(8192, ge=2)
     explore_rate: float = Field(0.2, ge=0, le=1)
