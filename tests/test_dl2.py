@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import math
 
 import numpy as np
@@ -173,7 +174,19 @@ def test_training_pipeline_writes_a_model_and_resumes_without_redoing_work(tmp_p
     assert not phases  # everything was done: nothing re-run
     assert dl2(model=str(tmp_path / "model.pt")).window == 4
     with pytest.raises(ConfigError, match="another config"):
-        train_dl2(cfg.model_copy(update={"rl_episodes": 3}), tmp_path, **roles, resume=True)
+        train_dl2(cfg.model_copy(update={"rl_lr": 1e-3}), tmp_path, **roles, resume=True)
+    with pytest.raises(ConfigError, match="trained 2 RL episodes already"):
+        train_dl2(cfg.model_copy(update={"rl_episodes": 1}), tmp_path, **roles, resume=True)
+    # a larger budget extends the finished training from its last network: only the new episodes run
+    last = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["state"]["last_net"]
+    phases.clear()
+    meta = train_dl2(cfg.model_copy(update={"rl_episodes": 3}), tmp_path, **roles, resume=True,
+                     progress=lambda phase, done, total, note: phases.append((phase, done)))
+    assert [p for p in phases if p[0].startswith("RL")] == [("RL: actor-critic", 3)]
+    assert [r["episode"] for r in csv.DictReader(open(tmp_path / "validation.csv"))] == ["0", "1", "2", "3"]
+    assert meta["config"]["rl_episodes"] == 3
+    after = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["state"]["last_net"]
+    assert any(not torch.equal(last[k], after[k]) for k in last if last[k].is_floating_point())
 
 
 def test_online_fine_tuning_learns_from_measured_progress_and_changes_the_network():

@@ -28,6 +28,8 @@ from dlsched.traces.dl2 import dl2_workload
 
 #: Keys that say where training runs, not what it learns: `--resume` accepts a change of these.
 EXECUTION_KEYS = ("rollout_workers", "rollout_backend", "ray_address")
+#: How long RL runs: `--resume` accepts a larger value, which extends a training (also a finished one).
+BUDGET_KEYS = ("rl_episodes",)
 
 
 class DL2TrainConfig(BaseModel):
@@ -110,8 +112,8 @@ class DL2TrainConfig(BaseModel):
         return {"num_jobs": self.num_jobs_at(episode)} if self.curriculum else None
 
     def learning_config(self) -> dict:
-        """The config without where it runs: what a checkpoint must match to be resumed."""
-        return self.model_dump(exclude=set(EXECUTION_KEYS))
+        """The config without where it runs and how long: what a checkpoint must match to be resumed."""
+        return self.model_dump(exclude={*EXECUTION_KEYS, *BUDGET_KEYS})
 
     def workload(self, seed: int, num_jobs: int | None = None):
         """A DL2 workload (`workloads: dl2`); trace windows come from `workload_source`."""

@@ -22,7 +22,7 @@ import torch
 from dlsched.core.errors import ConfigError
 from dlsched.core.policy import Policy
 from dlsched.rl.actor_critic import RLConfig, RLHistory, train_rl
-from dlsched.rl.dl2_config import EXECUTION_KEYS, DL2TrainConfig, Validation, make_env, worker_spec
+from dlsched.rl.dl2_config import BUDGET_KEYS, EXECUTION_KEYS, DL2TrainConfig, Validation, make_env, worker_spec
 from dlsched.rl.dl2_network import DL2Net
 from dlsched.rl.learner import train_rl_parallel
 from dlsched.rl.model_io import save_model
@@ -58,9 +58,17 @@ def train_dl2(cfg: DL2TrainConfig, out: Path, teacher: Teacher, student: Student
         blob = torch.load(ckpt_path, map_location="cpu", weights_only=False)
         if learned_with(blob["config"]) != cfg.learning_config():
             raise ConfigError(f"{ckpt_path} was made with another config; use the same config or a new --out "
-                              "(only rollout_workers, rollout_backend and ray_address may change)")
+                              "(only rollout_workers, rollout_backend and ray_address may change, and rl_episodes grow)")
         net.load_state_dict(blob["net"])
         state = blob["state"]
+        if cfg.rl_episodes < state["episode"]:
+            raise ConfigError(f"{ckpt_path} has trained {state['episode']} RL episodes already; to resume it, "
+                              f"rl_episodes must be at least that, not {cfg.rl_episodes}")
+        if state["phase"] == "done" and cfg.rl_episodes > state["episode"]:  # extend a finished training
+            state["phase"] = "rl"
+            if state.get("last_net") is not None:  # else (trained before extending existed): from its best network
+                net.load_state_dict(state["last_net"])
+        net.eval()  # as the warm-up leaves it: batch-norm in train mode cannot take the one state an action needs
     history = RLHistory(rows=list(state["history"]), env_steps=state.get("env_steps", 0))
 
     def save(best: dict | None = None) -> None:
@@ -97,6 +105,7 @@ def train_dl2(cfg: DL2TrainConfig, out: Path, teacher: Teacher, student: Student
     validation = Validation(cfg, student, traces)
     if state["phase"] == "rl" and cfg.rl_episodes:
         history = run_rl(cfg, net, env, validation, history, state, save, say, clock, traces)
+        state["last_net"] = {k: v.clone() for k, v in net.state_dict().items()}  # where an extension goes on from
         if history.best_state is not None:
             net.load_state_dict(history.best_state)
     if not history.rows:  # no RL: still say how the warmed-up network does on validation
@@ -115,7 +124,7 @@ def learned_with(saved: dict) -> dict:
     """A checkpoint's config without where it ran; keys added since it was written take their
     defaults (what it was trained with)."""
     fields = DL2TrainConfig.model_fields
-    return {k: saved.get(k, fields[k].default) for k in fields if k not in EXECUTION_KEYS}
+    return {k: saved.get(k, fields[k].default) for k in fields if k not in EXECUTION_KEYS and k not in BUDGET_KEYS}
 
 
 def run_rl(cfg: DL2TrainConfig, net: DL2Net, env, validation: Validation, history: RLHistory, state: dict,
