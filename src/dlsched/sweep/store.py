@@ -76,11 +76,18 @@ class ResultsStore:
         return row
 
     def run_log(self) -> list[dict]:
-        """Every cell run recorded here, in order (a cell run twice appears twice)."""
+        """Every cell run recorded here, in order (a cell run twice appears twice). A line torn by a
+        kill in the middle of its append is skipped: the log is a record, not the results."""
         path = self.folder / LOG
         if not path.exists():
             return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        out = []
+        for line in path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return out
 
     def clear(self) -> None:
         """Forget every result (the caller's --overwrite)."""
