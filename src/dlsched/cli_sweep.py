@@ -40,7 +40,7 @@ def register_sweep(app: typer.Typer) -> None:
         out: Optional[Path] = typer.Option(None, "--out", "-o", help="The sweep's folder (default: sweep-<grid name>). "
                                            "Rerunning the same grid into it resumes the sweep."),
         workers: Optional[int] = typer.Option(None, "--workers", "-w", help="Cells run at once (default: this "
-                                              "machine's CPUs; with --ray-address: the cluster's CPUs)."),
+                                              "machine's CPUs, also with --ray-address: give it to use a cluster's)."),
         ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Run on this Ray cluster ('auto', "
                                                   "'host:port' or 'ray://host:port') instead of a private local Ray."),
         in_process: bool = typer.Option(False, "--in-process", help="Run the cells one by one in this process, "
