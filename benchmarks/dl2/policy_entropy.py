@@ -8,6 +8,7 @@ mask.
 
     python benchmarks/dl2/policy_entropy.py dl2-training/warmup_model.pt dl2-training/model.pt
     python benchmarks/dl2/policy_entropy.py dl2-training/checkpoint.pt --seeds 3
+    python benchmarks/dl2/policy_entropy.py end-only --seeds 5   # a network that only ends slots
 """
 
 from __future__ import annotations
@@ -24,8 +25,22 @@ from dlsched.rl.dl2_network import DL2Net
 from dlsched.rl.model_io import load_model
 
 
+def end_only(window: int) -> DL2Net:
+    """A network whose only action is "end the slot": jobs keep their minimum gangs, nothing more."""
+    net = DL2Net(window)
+    with torch.no_grad():
+        last = net.actor[-1]
+        last.weight.zero_()
+        last.bias.fill_(-1e6)
+        last.bias[-1] = 0.0
+    return net.eval()
+
+
 def load(path: Path) -> DL2Net:
-    """A saved model (`model.pt`, `warmup_model.pt`) or the network of a training `checkpoint.pt`."""
+    """A saved model (`model.pt`, `warmup_model.pt`), the network of a training `checkpoint.pt`, or
+    `end-only` (`end_only`)."""
+    if str(path) == "end-only":
+        return end_only(DL2TrainConfig().window)
     blob = torch.load(path, map_location="cpu", weights_only=False)
     if "net" in blob:  # checkpoint.pt: the network being trained, at its last validation point
         net = DL2Net(blob["config"]["window"])
@@ -55,7 +70,7 @@ def play(net: DL2Net, env, seed: int) -> tuple[float, float, float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("models", type=Path, nargs="+")
+    ap.add_argument("models", type=Path, nargs="+", help="model.pt, warmup_model.pt, checkpoint.pt or end-only")
     ap.add_argument("--seeds", type=int, default=2, help="validation workloads (DL2TrainConfig's validation seeds)")
     args = ap.parse_args()
     cfg = DL2TrainConfig()
