@@ -30,6 +30,8 @@ from dlsched.traces.dl2 import dl2_workload
 EXECUTION_KEYS = ("rollout_workers", "rollout_backend", "ray_address")
 #: How long RL runs: `--resume` accepts a larger value, which extends a training (also a finished one).
 BUDGET_KEYS = ("rl_episodes",)
+#: Every key a resumed training may differ in (what a checkpoint is compared without).
+RESUME_MAY_CHANGE = frozenset((*EXECUTION_KEYS, *BUDGET_KEYS))
 
 
 class DL2TrainConfig(BaseModel):
@@ -113,7 +115,7 @@ class DL2TrainConfig(BaseModel):
 
     def learning_config(self) -> dict:
         """The config without where it runs and how long: what a checkpoint must match to be resumed."""
-        return self.model_dump(exclude={*EXECUTION_KEYS, *BUDGET_KEYS})
+        return self.model_dump(exclude=set(RESUME_MAY_CHANGE))
 
     def workload(self, seed: int, num_jobs: int | None = None):
         """A DL2 workload (`workloads: dl2`); trace windows come from `workload_source`."""

@@ -22,7 +22,7 @@ import torch
 from dlsched.core.errors import ConfigError
 from dlsched.core.policy import Policy
 from dlsched.rl.actor_critic import RLConfig, RLHistory, train_rl
-from dlsched.rl.dl2_config import BUDGET_KEYS, EXECUTION_KEYS, DL2TrainConfig, Validation, make_env, worker_spec
+from dlsched.rl.dl2_config import RESUME_MAY_CHANGE, DL2TrainConfig, Validation, make_env, worker_spec
 from dlsched.rl.dl2_network import DL2Net
 from dlsched.rl.learner import train_rl_parallel
 from dlsched.rl.model_io import save_model
@@ -124,7 +124,7 @@ def learned_with(saved: dict) -> dict:
     """A checkpoint's config without where it ran; keys added since it was written take their
     defaults (what it was trained with)."""
     fields = DL2TrainConfig.model_fields
-    return {k: saved.get(k, fields[k].default) for k in fields if k not in EXECUTION_KEYS and k not in BUDGET_KEYS}
+    return {k: saved.get(k, fields[k].default) for k in fields if k not in RESUME_MAY_CHANGE}
 
 
 def run_rl(cfg: DL2TrainConfig, net: DL2Net, env, validation: Validation, history: RLHistory, state: dict,
