@@ -74,13 +74,12 @@ def run_dl2_experiment(
     table = run_cells(cells, store, workers=workers, address=address, on_done=done)
     columns = ["seed", "policy", "mean_jct_slots", "makespan_slots", "finished", "jobs"]
     rows = [table[table["key"] == c.key].iloc[0][columns].to_dict() for c in cells]
-    policies = models
     runs = pd.DataFrame(rows)
     summary = runs.groupby("policy", sort=False).agg(
         mean_jct_slots=("mean_jct_slots", "mean"), std=("mean_jct_slots", "std"),
         makespan_slots=("makespan_slots", "mean"), finished=("finished", "mean")).reset_index()
     w = runs.pivot(index="seed", columns="policy", values="mean_jct_slots")
-    ratios = {f"{p}_vs_{b}": float((w[p] / w[b]).mean()) for p in policies if p.startswith("dl2") for b in ("drf", "optimus")}
+    ratios = {f"{p}_vs_{b}": float((w[p] / w[b]).mean()) for p in models if p.startswith("dl2") for b in ("drf", "optimus")}
     trace = _real_trace(model, cfg, on_step) if real_trace else None
     report = DL2Report(runs, summary, ratios, trace)
     report.files = _write(report, out, traces)
