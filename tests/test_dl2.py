@@ -113,6 +113,21 @@ def test_entropy_bonus_is_dl2s_mean_over_states_and_actions():
     assert got == pytest.approx((math.log(2) / 4 + math.log(4) / 4) / 2, rel=1e-6)
 
 
+def test_credit_modes_on_a_hand_computed_slot():
+    # a slot of three actions: a worker for job a, a PS for job b, then "end the slot"; a did 0.3
+    # of its work during the slot, b 0.1 and c (untouched) 0.2: the slot's reward is 0.6
+    from dlsched.rl.actor_critic import credit
+
+    obs, mask = np.zeros(1), np.ones(1, bool)
+    slot = [(obs, mask, 0, "a"), (obs, mask, 4, "b"), (obs, mask, 9, None)]
+    per_job = {"a": 0.3, "b": 0.1, "c": 0.2}
+    assert credit(slot, 0.6, per_job, "slot") == [0.6, 0.6, 0.6]
+    assert credit(slot, 0.6, per_job, "job") == [0.3, 0.1, 0.6]
+    assert credit(slot, 0.6, per_job, "job-mean") == pytest.approx([0.3, 0.1, 0.2])
+    with pytest.raises(ValueError, match="reward mode"):
+        credit(slot, 0.6, per_job, "jobs")
+
+
 def test_warmup_imitates_the_teacher():
     env = make_env(n=10, window=6)
     data = collect(env, drf, [1, 2, 3])

@@ -71,7 +71,7 @@ def test_a_worker_plays_exactly_the_episode_played_in_process(backend):
     jct = run_episode(net, env, 1001, np.random.default_rng([0, 7]), RLConfig(reward="job"), replay)
     assert jct == local.train_jct and len(replay) == local.steps
     assert np.array_equal(replay.actions[:len(replay)], local.actions)
-    assert np.array_equal(replay.rewards[:len(replay)], local.job_rewards.astype(np.float32))
+    assert np.array_equal(replay.rewards[:len(replay)], local.rewards("job").astype(np.float32))
     expected_val = Validation(cfg, DL2Policy, traces_dir())(net, 500)
     with open_pool(worker_spec(cfg, DL2Policy, traces_dir()), backend, 2) as pool:
         pool.submit("ep", Task("episode", weights_of(net), 1001, rng_seed=[0, 7]))
@@ -79,8 +79,10 @@ def test_a_worker_plays_exactly_the_episode_played_in_process(backend):
         got = dict(pool.next_result() for _ in range(2))
     remote = got["ep"]
     assert remote.slot_sizes == local.slot_sizes and remote.train_jct == local.train_jct
-    for name in ("states", "masks", "actions", "slot_rewards", "job_rewards"):
+    for name in ("states", "masks", "actions"):
         assert np.array_equal(getattr(remote, name), getattr(local, name)), name
+    for mode in local.credits:
+        assert np.array_equal(remote.rewards(mode), local.rewards(mode)), mode
     assert got["val"] == expected_val
 
 

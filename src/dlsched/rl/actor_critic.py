@@ -40,7 +40,7 @@ class RLConfig:
     batch: int = 256
     replay: int = 8192
     explore_rate: float = 0.2
-    reward: str = "slot"  # "slot": DL2's default; "job": an action earns the progress of the job it touched
+    reward: str = "slot"  # one of REWARD_MODES (`credit`); "slot" is DL2's
     validate_every: int = 10
     seed: int = 0
 
@@ -149,10 +149,22 @@ def play_slots(net: DL2Net, env: SchedulingEnv, seed: int, rng: np.random.Genera
             return float(env.result.summary["mean_jct"]) if env.result is not None else float("nan")
 
 
+#: How a slot's outcome is credited to its actions (`credit`); "slot" is DL2's.
+REWARD_MODES = ("slot", "job", "job-mean")
+
+
 def credit(slot: list[Transition], reward: float, per_job: dict[str, float], mode: str) -> list[float]:
-    """Each action's target: the slot's reward (`slot`, DL2) or its own job's progress (`job`;
-    "end the slot" keeps the slot's reward)."""
-    return [reward if mode == "slot" or jid is None else per_job.get(jid, 0.0) for _, _, _, jid in slot]
+    """Each action's target. `slot` (DL2): the slot's reward, Σ over jobs of the fraction of their
+    work done in it, for every action. `job`: a task action earns its own job's fraction, and "end
+    the slot" keeps the whole slot's reward — measured to collapse to ending every slot at once
+    (docs/DL2.md), because ending then earns J jobs' worth while adding a task earns one job's.
+    `job-mean`: as `job`, but "end the slot" earns the mean job's fraction, on the task actions' scale."""
+    if mode not in REWARD_MODES:
+        raise ValueError(f"reward mode {mode!r}: expected one of {', '.join(REWARD_MODES)}")
+    if mode == "slot":
+        return [reward] * len(slot)
+    end = reward if mode == "job" else (reward / len(per_job) if per_job else 0.0)
+    return [end if jid is None else per_job.get(jid, 0.0) for _, _, _, jid in slot]
 
 
 def run_episode(net: DL2Net, env: SchedulingEnv, seed: int, rng: np.random.Generator, cfg: RLConfig,

@@ -66,7 +66,7 @@ class DL2TrainConfig(BaseModel):
     batch: int = Field(256, ge=2)
     replay: int = Field(8192, ge=2)
     explore_rate: float = Field(0.2, ge=0, le=1)
-    reward: str = Field("slot", pattern="^(slot|job)$", description="slot: DL2's reward; job: credit each action with its job's progress")
+    reward: str = Field("slot", pattern="^(slot|job|job-mean)$", description="slot: DL2's reward; job: credit each task action with its job's progress, ending the slot with the slot's; job-mean: ending the slot with the mean job's (`actor_critic.credit`)")
     validate_every: int = Field(10, ge=1)
     validation_traces: int = Field(3, ge=1)
     train_seeds: tuple[Seed, Seed] = (1000, 100000)

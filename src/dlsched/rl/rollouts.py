@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dlsched.rl.actor_critic import play_slots
+from dlsched.rl.actor_critic import REWARD_MODES, credit, play_slots
 from dlsched.rl.env import SchedulingEnv
 
 
@@ -51,13 +51,12 @@ class Task:
 
 @dataclass
 class Rollout:
-    """One episode's transitions, with both credits so the learner picks the reward mode."""
+    """One episode's transitions, with every credit (`REWARD_MODES`) so the learner picks the reward mode."""
 
     states: np.ndarray  # (N, *obs) float32
     masks: np.ndarray  # (N, actions) bool
     actions: np.ndarray  # (N,) int64
-    slot_rewards: np.ndarray  # (N,) float64: the reward of the slot the action belongs to (DL2)
-    job_rewards: np.ndarray  # (N,) float64: the acted job's progress in that slot (the slot's for "end the slot")
+    credits: dict[str, np.ndarray]  # reward mode -> (N,) float64: each action's target (`actor_critic.credit`)
     slot_sizes: list[int] = field(default_factory=list)  # transitions per slot, in order
     train_jct: float = float("nan")
     seconds: float = 0.0
@@ -67,7 +66,7 @@ class Rollout:
         return len(self.actions)
 
     def rewards(self, mode: str) -> np.ndarray:
-        return self.slot_rewards if mode == "slot" else self.job_rewards
+        return self.credits[mode]
 
 
 def weights_of(net: nn.Module) -> dict[str, np.ndarray]:
@@ -83,7 +82,8 @@ def collect_rollout(net: nn.Module, env: SchedulingEnv, seed: int, rng: np.rando
                     options: dict | None = None) -> Rollout:
     """Play one whole episode with a fixed network (the same draws as `run_episode` without updates)."""
     started = time.perf_counter()
-    states, masks, actions, slot_r, job_r, sizes = [], [], [], [], [], []
+    states, masks, actions, sizes = [], [], [], []
+    credits: dict[str, list[float]] = {mode: [] for mode in REWARD_MODES}
     episode = play_slots(net, env, seed, rng, explore_rate, options)
     while True:
         try:
@@ -91,16 +91,16 @@ def collect_rollout(net: nn.Module, env: SchedulingEnv, seed: int, rng: np.rando
         except StopIteration as end:
             jct = end.value
             break
-        for s, m, a, jid in slot:
+        for s, m, a, _ in slot:
             states.append(s)
             masks.append(m)
             actions.append(a)
-            slot_r.append(reward)
-            job_r.append(reward if jid is None else per_job.get(jid, 0.0))
+        for mode, targets in credits.items():
+            targets.extend(credit(slot, reward, per_job, mode))
         sizes.append(len(slot))
     shape = env.observation_space.shape
     return Rollout(np.asarray(states, np.float32).reshape(-1, *shape), np.asarray(masks, bool).reshape(-1, env.action_space.n),
-                   np.asarray(actions, np.int64), np.asarray(slot_r, np.float64), np.asarray(job_r, np.float64),
+                   np.asarray(actions, np.int64), {mode: np.asarray(t, np.float64) for mode, t in credits.items()},
                    sizes, jct, time.perf_counter() - started)
 
 
