@@ -50,6 +50,21 @@ def test_a_typo_in_the_grid_is_one_line_error(tmp_path):
     assert result.exit_code == 2 and "sede" in result.output and "Traceback" not in result.output
 
 
+def test_an_unreachable_ray_address_is_one_line_error_at_once(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    grid = _grid(tmp_path, "policies: [fifo]\nlimit: 5\n")
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        result = CliRunner().invoke(app, ["sweep", str(grid), "--out", str(tmp_path / "out"), "--ray-address", address])
+        assert result.exit_code == 2 and "cannot reach Ray" in result.output and "Traceback" not in result.output
+    import ray
+
+    assert not ray.is_initialized()
+
+
 def test_cells_are_stable_and_keyed_by_content():
     a = SweepGrid(policies=["fifo", "drf"], seeds=2, loads=[1.0, 2.0])
     b = SweepGrid(policies=["drf", "fifo"], seeds=[1, 0], loads=[2.0, 1.0])

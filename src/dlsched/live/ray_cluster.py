@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import socket
 import subprocess
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -77,6 +78,7 @@ def connect(address: str | None, prefix: str, num_cpus: int | None = None) -> An
             head.shutdown()
             raise
         return head
+    _check_reachable(address)
     if address.startswith("ray://"):
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         return None
@@ -85,6 +87,21 @@ def connect(address: str | None, prefix: str, num_cpus: int | None = None) -> An
         ray.init(address=address, _node_ip_address="127.0.0.1" if loopback else None, log_to_driver=False,
                  logging_level=logging.WARNING)
     return None
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail in one line when a "host:port" address does not accept a connection: `ray.init` would
+    otherwise retry for minutes before it says so. "auto" (the local node's cluster) is Ray's to find."""
+    hostport = address.removeprefix("ray://")
+    if hostport == "auto" or ":" not in hostport:
+        return
+    host, _, port = hostport.rpartition(":")
+    if not port.isdigit():
+        raise ConfigError(f"Ray address {address!r}: expected auto, host:port or ray://host:port")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise ConfigError(f"cannot reach Ray at {address}: {exc.strerror or exc} (is the head running, and is the port open?)") from None
 
 
 def discover_nodes(prefix: str) -> list[RayNode]:
