@@ -75,6 +75,8 @@ def oasis_experiment(
                                   "(order, L floor, release, U/L scale, restart overhead) and RRH/Dorm on the Fig. 3 "
                                   "workload at the largest --jobs count and seed 0 (80 jobs with --quick)."),
     overwrite: bool = _OVERWRITE,
+    workers: int = _WORKERS,
+    ray_address: Optional[str] = _RAY_ADDRESS,
 ) -> None:
     """Rerun OASiS' Fig. 3 (total utility vs jobs, T=300) and Fig. 4 (completion vs target, T=100) on the
     paper's setup against FIFO, DRF, RRH and Dorm; or, with --trace, compare on a real trace; or, with
@@ -92,7 +94,7 @@ def oasis_experiment(
             check_flag(limit, PositiveInt, "--limit")
         out = _results_folder(out, "oasis-results", overwrite)
         with _steps("trace", len(names)) as step:
-            df = exp.run_trace(trace, limit, names, out, step=step)
+            df = exp.run_trace(trace, limit, names, out, step=step, workers=workers, address=ray_address)
         _console.print(df.to_string(index=False))
         _console.print(f"wrote {out}/trace_table.csv")
         return
@@ -108,14 +110,15 @@ def oasis_experiment(
         if not counts:
             raise ConfigError("--jobs needs a positive job count")
         with _steps("OASiS variants", len(exp.VARIANTS)) as step:
-            df, stats = exp.run_variants(out, max(counts), seed=0, step=step)
+            df, stats = exp.run_variants(out, max(counts), seed=0, step=step, workers=workers,
+                                         address=ray_address)
         _console.print(df.round(4).to_string(index=False))
         _console.print("workload: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in stats.items()))
         _console.print(f"wrote {out}/variants_table.csv and {out}/variants.md")
         return
     total = (len(counts) + 1) * len(seed_list) * len(exp.POLICIES)
     with _steps("OASiS Fig. 3 + Fig. 4", total) as step:
-        res = exp.run_experiment(out, counts, seed_list, step=step)
+        res = exp.run_experiment(out, counts, seed_list, step=step, workers=workers, address=ray_address)
     _console.print(res["fig3"].round(3).to_string())
     _console.print(res["fig4"].round(2).to_string(index=False))
     t = res["timing"]
