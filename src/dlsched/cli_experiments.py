@@ -136,6 +136,8 @@ def dragon_experiment(
     real_trace: bool = typer.Option(True, "--real-trace/--no-real-trace", help="Also run on the embedded ITP trace slice (rigid and elastic)."),
     quick: bool = typer.Option(False, "--quick", help="Small smoke run: 2 seeds of 20 jobs, no real trace."),
     overwrite: bool = _OVERWRITE,
+    workers: int = _WORKERS,
+    ray_address: Optional[str] = _RAY_ADDRESS,
 ) -> None:
     """Rerun DRAGON's evaluation: DRAGON vs the default Kubernetes scheduler and gang FIFO, with each
     of its capabilities (gang, locality, scaling) switched off in turn, on a DRAGON-like TF-PS
@@ -147,7 +149,7 @@ def dragon_experiment(
     out = _results_folder(out, "dragon-results", overwrite)
     with _steps("DRAGON", seeds + (2 if real_trace else 0)) as step:
         report = run_dragon_experiment(out, seeds=seeds, num_jobs=jobs, cluster=cluster, real_trace=real_trace,
-                                       on_step=step)
+                                       on_step=step, workers=workers, address=ray_address)
     h = report.headline
     _console.print(
         f"mean JCT DRAGON / kube-default: {h['jct_ratio_vs_kube']:.3f} ± {h['jct_ratio_vs_kube_std']:.3f} "
