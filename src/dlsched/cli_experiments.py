@@ -174,6 +174,8 @@ def qos_experiment(
     itp: Optional[Path] = typer.Option(None, "--itp", help="One ITP deadline trace to use instead of the default two (shared traces' elasticflow/195job.csv and cluster10.csv)."),
     restart_overhead: float = typer.Option(10.0, "--restart-overhead", min=0, help="Seconds a resized job pauses (the prototype's start-up + load delay)."),
     overwrite: bool = _OVERWRITE,
+    workers: int = _WORKERS,
+    ray_address: Optional[str] = _RAY_ADDRESS,
 ) -> None:
     """Rerun the QoS deadline framework's evaluation (Xing et al., IJCNN'19): deadline completion rate,
     JCT and utilization of allocated resources for QoS vs default Kubernetes, FIFO, EDF and the
@@ -186,7 +188,8 @@ def qos_experiment(
     check_flag(seed + seeds - 1, Seed, "--seed + --seeds - 1")
     out = _results_folder(out, "qos-results", overwrite)
     res = run_qos(out, quick=quick, seed=seed, seeds=1 if quick else seeds, itp=itp,
-                  restart_overhead=restart_overhead, console=_console)
+                  restart_overhead=restart_overhead, console=_console, workers=workers,
+                  address=ray_address)
     cols = ["workload", "resources", "nodes", "policy", "runs", "deadline_met", "feasible_met", "rejected", "mean_jct_s", "alloc_util"]
     _console.print(res["summary"][cols].round(3).to_string(index=False))
     g = res["gain_summary"]
