@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -140,12 +140,13 @@ def _setting_message(c: OasisCell) -> str:
     return f"{c.policy} {c.num_jobs} jobs seed {c.seed}"
 
 
-def fig3_cells(job_counts, seeds, horizon: int = 300, policies=POLICIES) -> list[OasisCell]:
+def fig3_cells(job_counts: Sequence[int], seeds: Sequence[int], horizon: int = 300,
+               policies: Sequence[str] = POLICIES) -> list[OasisCell]:
     """Fig. 3's runs: every (job count, seed, policy), keeping OASiS' admission decisions."""
     return [OasisCell(n, seed, horizon, name, detail="decisions") for n in job_counts for seed in seeds for name in policies]
 
 
-def fig4_cells(seeds, horizon: int = 100, policies=POLICIES) -> list[OasisCell]:
+def fig4_cells(seeds: Sequence[int], horizon: int = 100, policies: Sequence[str] = POLICIES) -> list[OasisCell]:
     """Fig. 4's runs: 100 time-sensitive + 100 time-critical jobs per seed, every policy, keeping every job."""
     return [OasisCell(200, seed, horizon, name, mix=(0.0, 0.5, 0.5), detail="jobs") for seed in seeds for name in policies]
 
