@@ -307,3 +307,22 @@ def test_experiment_writes_its_tables_and_plot(tmp_path):
     assert 0 < rep.headline["jct_ratio_vs_kube"] < 5
     assert set(rep.ablation["capability switched off"]) == {"gang", "locality", "scaling"}
     assert "DRAGON / kube-default" in (tmp_path / "RESULTS.md").read_text()
+
+
+def test_experiment_on_ray_equals_the_experiment_in_process(tmp_path):
+    """The DRAGON-like workload and both trace slices, every cell one by one here and as two Ray
+    workers: the same runs.csv rows and the same stored rows, cell by cell."""
+    if traces_dir() is None:
+        pytest.skip("needs ../shared/traces (DL2 constants)")
+    import pandas as pd
+
+    from dlsched.experiments.dragon import POLICIES, TRACE_POLICIES, DragonCell, run_dragon_experiment
+    from dlsched.sweep.store import ResultsStore
+    from tests.sweep_equal import assert_same_cells
+
+    alone = run_dragon_experiment(tmp_path / "alone", seeds=1, num_jobs=8)
+    on_ray = run_dragon_experiment(tmp_path / "ray", seeds=1, num_jobs=8, workers=2)
+    pd.testing.assert_frame_equal(alone.runs, on_ray.runs)
+    cells = [*(DragonCell(0, p, 8, "dragon") for p in POLICIES),
+             *(DragonCell(0, p, trace=True, elastic=e) for e in (False, True) for p in TRACE_POLICIES)]
+    assert_same_cells(cells, ResultsStore(tmp_path / "alone" / "cells"), ResultsStore(tmp_path / "ray" / "cells"))

@@ -64,3 +64,27 @@ def test_every_synthetic_deadline_is_feasible_alone():
 def test_time_average_of_a_step_function():
     assert _time_average([(0.0, 2.0), (5.0, -2.0)], 0.0, 10.0) == pytest.approx(1.0)
     assert math.isclose(_time_average([(0.0, 4.0), (20.0, -4.0)], 0.0, 10.0), 4.0)
+
+
+def test_experiment_cells_on_ray_equal_the_cells_run_in_process(tmp_path):
+    """(scenario, resource level, policy) cells of a small synthetic workload and an ITP slice: the
+    same rows and prediction tables one by one here and as two Ray workers."""
+    from dlsched.experiments.qos import QosCell, ScenarioSource, cluster_sizes
+    from dlsched.sweep.runner import run_cells
+    from dlsched.sweep.store import ResultsStore
+    from tests.sweep_equal import assert_same_cells
+
+    sources = [ScenarioSource("synthetic", synthetic_jobs=8, seed=2)]
+    root = traces_dir()
+    if root is not None:
+        sources.append(ScenarioSource("itp-195job", path=str(root / "elasticflow-itp/elasticflow/195job.csv"), limit=12))
+    cells = []
+    for src in sources:
+        low, high = cluster_sizes(src.build(), TP)
+        cells += [QosCell(src, level, nodes, p, seed=0, restart_overhead=10.0)
+                  for level, nodes in (("insufficient", low), ("sufficient", high)) for p in ("kube-default", "qos")]
+    alone, on_ray = ResultsStore(tmp_path / "alone"), ResultsStore(tmp_path / "ray")
+    run_cells(cells, alone)
+    run_cells(cells, on_ray, workers=2)
+    assert_same_cells(cells, alone, on_ray)
+    assert any(alone.jobs(c) is not None for c in cells)  # the predictions of qos

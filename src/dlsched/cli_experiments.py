@@ -75,6 +75,8 @@ def oasis_experiment(
                                   "(order, L floor, release, U/L scale, restart overhead) and RRH/Dorm on the Fig. 3 "
                                   "workload at the largest --jobs count and seed 0 (80 jobs with --quick)."),
     overwrite: bool = _OVERWRITE,
+    workers: int = _WORKERS,
+    ray_address: Optional[str] = _RAY_ADDRESS,
 ) -> None:
     """Rerun OASiS' Fig. 3 (total utility vs jobs, T=300) and Fig. 4 (completion vs target, T=100) on the
     paper's setup against FIFO, DRF, RRH and Dorm; or, with --trace, compare on a real trace; or, with
@@ -92,7 +94,7 @@ def oasis_experiment(
             check_flag(limit, PositiveInt, "--limit")
         out = _results_folder(out, "oasis-results", overwrite)
         with _steps("trace", len(names)) as step:
-            df = exp.run_trace(trace, limit, names, out, step=step)
+            df = exp.run_trace(trace, limit, names, out, step=step, workers=workers, address=ray_address)
         _console.print(df.to_string(index=False))
         _console.print(f"wrote {out}/trace_table.csv")
         return
@@ -108,14 +110,15 @@ def oasis_experiment(
         if not counts:
             raise ConfigError("--jobs needs a positive job count")
         with _steps("OASiS variants", len(exp.VARIANTS)) as step:
-            df, stats = exp.run_variants(out, max(counts), seed=0, step=step)
+            df, stats = exp.run_variants(out, max(counts), seed=0, step=step, workers=workers,
+                                         address=ray_address)
         _console.print(df.round(4).to_string(index=False))
         _console.print("workload: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in stats.items()))
         _console.print(f"wrote {out}/variants_table.csv and {out}/variants.md")
         return
     total = (len(counts) + 1) * len(seed_list) * len(exp.POLICIES)
     with _steps("OASiS Fig. 3 + Fig. 4", total) as step:
-        res = exp.run_experiment(out, counts, seed_list, step=step)
+        res = exp.run_experiment(out, counts, seed_list, step=step, workers=workers, address=ray_address)
     _console.print(res["fig3"].round(3).to_string())
     _console.print(res["fig4"].round(2).to_string(index=False))
     t = res["timing"]
@@ -133,6 +136,8 @@ def dragon_experiment(
     real_trace: bool = typer.Option(True, "--real-trace/--no-real-trace", help="Also run on the embedded ITP trace slice (rigid and elastic)."),
     quick: bool = typer.Option(False, "--quick", help="Small smoke run: 2 seeds of 20 jobs, no real trace."),
     overwrite: bool = _OVERWRITE,
+    workers: int = _WORKERS,
+    ray_address: Optional[str] = _RAY_ADDRESS,
 ) -> None:
     """Rerun DRAGON's evaluation: DRAGON vs the default Kubernetes scheduler and gang FIFO, with each
     of its capabilities (gang, locality, scaling) switched off in turn, on a DRAGON-like TF-PS
@@ -144,7 +149,7 @@ def dragon_experiment(
     out = _results_folder(out, "dragon-results", overwrite)
     with _steps("DRAGON", seeds + (2 if real_trace else 0)) as step:
         report = run_dragon_experiment(out, seeds=seeds, num_jobs=jobs, cluster=cluster, real_trace=real_trace,
-                                       on_step=step)
+                                       on_step=step, workers=workers, address=ray_address)
     h = report.headline
     _console.print(
         f"mean JCT DRAGON / kube-default: {h['jct_ratio_vs_kube']:.3f} ± {h['jct_ratio_vs_kube_std']:.3f} "
@@ -169,6 +174,8 @@ def qos_experiment(
     itp: Optional[Path] = typer.Option(None, "--itp", help="One ITP deadline trace to use instead of the default two (shared traces' elasticflow/195job.csv and cluster10.csv)."),
     restart_overhead: float = typer.Option(10.0, "--restart-overhead", min=0, help="Seconds a resized job pauses (the prototype's start-up + load delay)."),
     overwrite: bool = _OVERWRITE,
+    workers: int = _WORKERS,
+    ray_address: Optional[str] = _RAY_ADDRESS,
 ) -> None:
     """Rerun the QoS deadline framework's evaluation (Xing et al., IJCNN'19): deadline completion rate,
     JCT and utilization of allocated resources for QoS vs default Kubernetes, FIFO, EDF and the
@@ -181,7 +188,8 @@ def qos_experiment(
     check_flag(seed + seeds - 1, Seed, "--seed + --seeds - 1")
     out = _results_folder(out, "qos-results", overwrite)
     res = run_qos(out, quick=quick, seed=seed, seeds=1 if quick else seeds, itp=itp,
-                  restart_overhead=restart_overhead, console=_console)
+                  restart_overhead=restart_overhead, console=_console, workers=workers,
+                  address=ray_address)
     cols = ["workload", "resources", "nodes", "policy", "runs", "deadline_met", "feasible_met", "rejected", "mean_jct_s", "alloc_util"]
     _console.print(res["summary"][cols].round(3).to_string(index=False))
     g = res["gain_summary"]

@@ -38,6 +38,9 @@ from dlsched.presets import load_cluster
 from dlsched.sim.config import SimConfig
 from dlsched.sim.engine import simulate
 from dlsched.sim.results import SimResult
+from dlsched.sweep.cell import CellResult, content_key
+from dlsched.sweep.runner import run_cells
+from dlsched.sweep.store import ResultsStore
 from dlsched.throughput.base import ThroughputModel
 from dlsched.throughput.parameter_server import ParameterServerModel
 from dlsched.throughput.registry import default_throughput
@@ -115,12 +118,68 @@ def run_workload(
     ps_model: ParameterServerModel | None = None,
     config: SimConfig | None = None,
 ) -> list[dict]:
+    """One row per policy of `policies` on the same workload (the experiment runs each as a `DragonCell`)."""
+    return [run_policy(label, jobs, cluster, throughput, name, make, seed, ps_model, config)
+            for name, make in policies.items()]
+
+
+def run_policy(
+    label: str,
+    jobs: list[JobSpec],
+    cluster: Cluster,
+    throughput: ThroughputModel,
+    name: str,
+    make: Callable[[], Policy],
+    seed: int,
+    ps_model: ParameterServerModel | None = None,
+    config: SimConfig | None = None,
+) -> dict:
+    """One policy on one workload: its row of runs.csv."""
     cfg = (config or SimConfig()).model_copy(update={"seed": seed})
-    rows = []
-    for name, make in policies.items():
-        result = simulate(jobs, cluster, make(), throughput, cfg)
-        rows.append({"workload": label, "seed": seed, "policy": name, **_row(result, jobs, cluster, ps_model)})
-    return rows
+    result = simulate(jobs, cluster, make(), throughput, cfg)
+    return {"workload": label, "seed": seed, "policy": name, **_row(result, jobs, cluster, ps_model)}
+
+
+RUN_COLUMNS = ["workload", "seed", "policy", *METRICS]
+
+
+@dataclass(frozen=True)
+class DragonCell:
+    """One policy on one workload of this experiment, as a sweep cell (`dlsched.sweep`): the
+    DRAGON-like TF-PS workload (`num_jobs` jobs drawn with `seed`, on the `cluster` preset or YAML
+    file), or with `trace` the embedded ITP slice (rigid, or `elastic`) on its own cluster, seed 0.
+    Everything is rebuilt from this content inside `run()`, so a cell runs the same anywhere."""
+
+    seed: int
+    policy: str
+    num_jobs: int = 0
+    cluster: str | None = None
+    trace: bool = False
+    elastic: bool = False
+
+    @property
+    def key(self) -> str:
+        return content_key({"kind": "dragon", "seed": self.seed, "policy": self.policy, "jobs": self.num_jobs,
+                            "cluster": self.cluster, "trace": self.trace, "elastic": self.elastic})
+
+    @property
+    def name(self) -> str:
+        where = ("itp-slice-elastic" if self.elastic else "itp-slice-rigid") if self.trace else f"tfps{self.num_jobs}"
+        return f"{where}__s{self.seed}__{self.policy}"
+
+    def labels(self) -> dict:
+        return {"seed": self.seed, "policy": self.policy}
+
+    def run(self) -> CellResult:
+        tp = default_throughput(traces_dir(), dl2="analytic")
+        if self.trace:
+            label, jobs, preset = trace_jobs(self.elastic)
+            return CellResult(run_policy(label, jobs, load_cluster(preset), tp, self.policy,
+                                         TRACE_POLICIES[self.policy], self.seed))
+        ps_model = next(m for m in tp.models if isinstance(m, ParameterServerModel))
+        wl = dragon_workload(self.num_jobs, seed=self.seed)
+        return CellResult(run_policy(wl.name, wl.jobs, load_cluster(self.cluster or "dragon"), tp, self.policy,
+                                     POLICIES[self.policy], self.seed, ps_model))
 
 
 def summarize_runs(runs: pd.DataFrame) -> pd.DataFrame:
@@ -187,25 +246,34 @@ def run_dragon_experiment(
     cluster: str = "dragon",
     real_trace: bool = True,
     on_step: Callable[[str], None] | None = None,
+    workers: int = 1,
+    address: str | None = None,
 ) -> DragonReport:
-    """Run everything, write runs.csv, summary.csv, ablation.csv, RESULTS.md and a plot into `out`."""
+    """Run everything, write runs.csv, summary.csv, ablation.csv, RESULTS.md and a plot into `out`.
+
+    Every (workload, seed, policy) run is a sweep cell (`DragonCell`, stored in `out/cells`): in
+    this process with one worker, as Ray tasks with more or with an `address`."""
     out.mkdir(parents=True, exist_ok=True)
-    tp = default_throughput(traces_dir(), dl2="analytic")
-    ps_model = next(m for m in tp.models if isinstance(m, ParameterServerModel))
     c = load_cluster(cluster)
-    rows: list[dict] = []
-    for seed in range(seeds):
-        wl = dragon_workload(num_jobs, seed=seed)
-        rows += run_workload(wl.name, wl.jobs, c, tp, POLICIES, seed, ps_model)
-        if on_step:
-            on_step(f"dragon-tf-ps seed {seed}")
+    where = str(Path(cluster).resolve()) if Path(cluster).is_file() else cluster  # a YAML file: found from any worker
+    cells = [DragonCell(seed, name, num_jobs, where) for seed in range(seeds) for name in POLICIES]
+    steps = {(False, False, seed): f"dragon-tf-ps seed {seed}" for seed in range(seeds)}
     if real_trace:
         for elastic in (False, True):
-            label, jobs, preset = trace_jobs(elastic)
-            rows += run_workload(label, jobs, load_cluster(preset), tp, TRACE_POLICIES, 0)
-            if on_step:
-                on_step(label)
-    runs = pd.DataFrame(rows)
+            cells += [DragonCell(0, name, trace=True, elastic=elastic) for name in TRACE_POLICIES]
+            steps[(True, elastic, 0)] = trace_jobs(elastic)[0]
+    left = {k: sum(1 for x in cells if (x.trace, x.elastic, x.seed) == k) for k in steps}
+
+    def done(cell: DragonCell, _row: dict) -> None:
+        k = (cell.trace, cell.elastic, cell.seed)
+        left[k] -= 1
+        if on_step and not left[k]:
+            on_step(steps[k])
+
+    store = ResultsStore(out / "cells")
+    store.clear()  # the folder is this run's (`OutputFolder`): an earlier run's cells are not reused
+    run_cells(cells, store, workers=workers, address=address, on_done=done)
+    runs = store.rows(cells, RUN_COLUMNS)
     summary = summarize_runs(runs)
     report = DragonReport(runs, summary, headline_figures(runs), ablation_table(runs))
     report.files = _write(report, out, c, num_jobs)

@@ -12,8 +12,10 @@ horizon T: a job not done by then earns nothing.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -25,6 +27,9 @@ from dlsched.metrics.table import markdown_table
 from dlsched.policies.registry import UTILITY_DRIVEN, make_policy
 from dlsched.sim.config import SimConfig
 from dlsched.sim.engine import simulate
+from dlsched.sweep.cell import CellResult, content_key
+from dlsched.sweep.runner import run_cells
+from dlsched.sweep.store import ResultsStore
 from dlsched.throughput.oasis_model import OASiSModel
 from dlsched.traces.oasis_workload import oasis_workload, paper_cluster
 
@@ -43,55 +48,121 @@ PAPER_FIG4 = {"oasis": (-2, 0), "fifo": (50, 63), "drf": (49, 43), "rrh": (98, 5
 Progress = Callable[[str], None]
 
 
-def _policy(name: str, horizon: int, oasis_options: dict | None = None):
+def _policy(name: str, horizon: int, options: dict | None = None):
     if name == "oasis":
-        return make_policy("oasis", slot_seconds=SLOT, horizon=horizon, rolling=False, **(oasis_options or {}))
-    return make_policy(name)
+        return make_policy("oasis", slot_seconds=SLOT, horizon=horizon, rolling=False, **(options or {}))
+    return make_policy(name, **(options or {}))
 
 
-def run_setting(num_jobs: int, seed: int, horizon: int, policies=POLICIES, mix=None, oasis_options=None, step: Progress | None = None):
-    """One workload, every policy: yields (policy name, SimResult, policy object, wall seconds)."""
-    kw = {} if mix is None else {"mix": mix}
-    jobs = oasis_workload(num_jobs, seed=seed, slot_seconds=SLOT, arrival_slots=max(1, (2 * horizon) // 3), **kw)
-    cluster = paper_cluster(seed=seed)
-    cfg = SimConfig(seed=seed, restart_overhead=0.0, max_time=horizon * SLOT)
-    for name in policies:
-        pol = _policy(name, horizon, oasis_options)
+#: What an `OasisCell` keeps of its run besides its row: OASiS' admission decisions (Fig. 3),
+#: every job's class and completion against its target (Fig. 4), or nothing (the variants).
+DETAILS = ("decisions", "jobs", "")
+
+
+@dataclass(frozen=True)
+class OasisCell:
+    """One policy on the paper's setup (`oasis_workload(num_jobs, seed)` with `mix`, on
+    `paper_cluster(seed)`, T = `horizon` slots), as a sweep cell (`dlsched.sweep`): a Fig. 3 or
+    Fig. 4 run, or a design variant (`label`, `options`, `restart_overhead`). Its row carries the
+    run's totals and the wall time of the simulation itself (measured in the cell, where it ran);
+    `detail` says which per-job table it keeps (`DETAILS`)."""
+
+    num_jobs: int
+    seed: int
+    horizon: int
+    policy: str
+    mix: tuple[float, ...] | None = None
+    options: dict = field(default_factory=dict)
+    restart_overhead: float = 0.0
+    label: str = ""
+    detail: str = ""
+
+    @property
+    def key(self) -> str:
+        return content_key({"kind": "oasis", "jobs": self.num_jobs, "seed": self.seed, "horizon": self.horizon,
+                            "policy": self.policy, "mix": self.mix, "options": self.options,
+                            "restart_overhead": self.restart_overhead, "label": self.label, "detail": self.detail})
+
+    @property
+    def name(self) -> str:
+        return f"n{self.num_jobs}-s{self.seed}-T{self.horizon}-{self.policy}-{self.key}"
+
+    def labels(self) -> dict:
+        return {"jobs": self.num_jobs, "seed": self.seed, "policy": self.policy, "variant": self.label}
+
+    def run(self) -> CellResult:
+        if self.detail not in DETAILS:
+            raise ConfigError(f"unknown OASiS cell detail {self.detail!r}; known: {DETAILS}")
+        kw = {} if self.mix is None else {"mix": self.mix}
+        jobs = oasis_workload(self.num_jobs, seed=self.seed, slot_seconds=SLOT,
+                              arrival_slots=max(1, (2 * self.horizon) // 3), **kw)
+        cluster = paper_cluster(seed=self.seed)
+        cfg = SimConfig(seed=self.seed, restart_overhead=self.restart_overhead, max_time=self.horizon * SLOT)
+        pol = _policy(self.policy, self.horizon, self.options)
         t0 = time.perf_counter()
         res = simulate(jobs, cluster, pol, OASiSModel(), cfg)
         wall = time.perf_counter() - t0
-        if step:
-            step(f"{name} {num_jobs} jobs seed {seed}")
-        yield name, jobs, res, pol, wall
-
-
-def fig3(job_counts, seeds, horizon: int = 300, policies=POLICIES, step: Progress | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per (jobs, seed, policy): total utility and counts; and every OASiS admission decision."""
-    rows, decisions = [], []
-    for n in job_counts:
-        for seed in seeds:
-            for name, _, res, pol, wall in run_setting(n, seed, horizon, policies, step=step):
-                s = res.summary
-                rows.append(dict(jobs=n, seed=seed, policy=name, total_utility=s["total_utility"], finished=s["finished"],
-                                 rejected=s["rejected"], unfinished=s["unfinished"], wall_seconds=wall))
-                if name == "oasis":
-                    decisions += [dict(jobs=n, seed=seed, **d) for d in pol.decisions]
-    return pd.DataFrame(rows), pd.DataFrame(decisions)
-
-
-def fig4(seeds, horizon: int = 100, policies=POLICIES, step: Progress | None = None) -> pd.DataFrame:
-    """Actual minus target completion time (slots) of every completed job, with its class."""
-    rows = []
-    for seed in seeds:
-        for name, jobs, res, _, _ in run_setting(200, seed, horizon, policies, mix=(0.0, 0.5, 0.5), step=step):
+        s = res.summary
+        row = {**self.labels(), "restart_overhead_s": self.restart_overhead, "total_utility": s["total_utility"],
+               "finished": s["finished"], "rejected": s["rejected"], "unfinished": s["unfinished"],
+               "restarts": s["restarts"], "wall_seconds": wall}
+        if self.policy == "oasis" and pol.online.terms:
+            c = pol.online.current()
+            row.update(U1_gpu=float(c.U1[0]), L1=float(c.L1), eta1=float(c.eta1), alpha=float(c.alpha))
+        if self.policy == "dorm":
+            row.update(dorm_fallbacks=int(pol.fallbacks))
+        table = None
+        if self.detail == "decisions" and self.policy == "oasis" and pol.decisions:
+            table = pd.DataFrame([dict(jobs=self.num_jobs, seed=self.seed, **d) for d in pol.decisions])
+        elif self.detail == "jobs":
             spec = {j.job_id: j for j in jobs}
+            rows = []
             for r in res.jobs.itertuples():
                 j = spec[r.job_id]
                 cls = classify(j.utility, SLOT)
-                rows.append(dict(seed=seed, policy=name, cls=cls.value if cls else "", status=r.status,
+                rows.append(dict(seed=self.seed, policy=self.policy, cls=cls.value if cls else "", status=r.status,
                                  delta=(r.jct - j.utility.gamma3) / SLOT if r.status == "done" else np.nan,
                                  utility=r.utility))
-    return pd.DataFrame(rows)
+            table = pd.DataFrame(rows)
+        return CellResult(row, table)
+
+
+def _run(cells: list[OasisCell], store: ResultsStore, step: Progress | None, message: Callable[[OasisCell], str],
+         workers: int, address: str | None) -> None:
+    """Run `cells` into `store` (emptied first: the folder is this run's), saying `message(cell)`
+    to `step` as each finishes."""
+    store.clear()
+    run_cells(cells, store, workers=workers, address=address,
+              on_done=None if step is None else lambda c, _row: step(message(c)))
+
+
+def _setting_message(c: OasisCell) -> str:
+    return f"{c.policy} {c.num_jobs} jobs seed {c.seed}"
+
+
+def fig3_cells(job_counts: Sequence[int], seeds: Sequence[int], horizon: int = 300,
+               policies: Sequence[str] = POLICIES) -> list[OasisCell]:
+    """Fig. 3's runs: every (job count, seed, policy), keeping OASiS' admission decisions."""
+    return [OasisCell(n, seed, horizon, name, detail="decisions") for n in job_counts for seed in seeds for name in policies]
+
+
+def fig4_cells(seeds: Sequence[int], horizon: int = 100, policies: Sequence[str] = POLICIES) -> list[OasisCell]:
+    """Fig. 4's runs: 100 time-sensitive + 100 time-critical jobs per seed, every policy, keeping every job."""
+    return [OasisCell(200, seed, horizon, name, mix=(0.0, 0.5, 0.5), detail="jobs") for seed in seeds for name in policies]
+
+
+FIG3_COLUMNS = ["jobs", "seed", "policy", "total_utility", "finished", "rejected", "unfinished", "wall_seconds"]
+
+
+def fig3(cells: list[OasisCell], store: ResultsStore) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per (jobs, seed, policy) of the finished Fig. 3 `cells`: total utility and counts; and every
+    OASiS admission decision."""
+    return store.rows(cells, FIG3_COLUMNS), store.stacked_jobs(cells)
+
+
+def fig4(cells: list[OasisCell], store: ResultsStore) -> pd.DataFrame:
+    """Actual minus target completion time (slots) of every job of the finished Fig. 4 `cells`, with its class."""
+    return store.stacked_jobs(cells)
 
 
 # ---------------------------------------------------------------------- tables and plots
@@ -154,15 +225,22 @@ def _md(df: pd.DataFrame, floatfmt: str = ".3g") -> str:
     return markdown_table(df, lambda v: format(v, floatfmt) if isinstance(v, (float, np.floating)) else str(v))
 
 
-def run_experiment(out: Path, job_counts, seeds, fig4_seeds=None, step: Progress | None = None) -> dict:
-    """Fig. 3 and Fig. 4; writes CSVs, a markdown summary and PNGs into `out`. Returns the tables."""
+def run_experiment(out: Path, job_counts, seeds, fig4_seeds=None, step: Progress | None = None, workers: int = 1,
+                   address: str | None = None) -> dict:
+    """Fig. 3 and Fig. 4; writes CSVs, a markdown summary and PNGs into `out`. Returns the tables.
+
+    Every run is a sweep cell (`OasisCell`, stored in `out/cells`): in this process with one
+    worker, as Ray tasks with more or with an `address`; the tables are read back in grid order."""
     if not job_counts or any(n <= 0 for n in job_counts):
         raise ConfigError("--jobs needs positive job counts, e.g. 100,200,300,400")
     if not seeds:
         raise ConfigError("--seeds must be >= 1")
     out.mkdir(parents=True, exist_ok=True)
-    raw3, dec = fig3(job_counts, seeds, step=step)
-    raw4 = fig4(fig4_seeds if fig4_seeds is not None else seeds, step=step)
+    c3, c4 = fig3_cells(job_counts, seeds), fig4_cells(fig4_seeds if fig4_seeds is not None else seeds)
+    store = ResultsStore(out / "cells")
+    _run([*c3, *c4], store, step, _setting_message, workers, address)
+    raw3, dec = fig3(c3, store)
+    raw4 = fig4(c4, store)
     t3, t4 = fig3_table(raw3), fig4_table(raw4)
     raw3.to_csv(out / "fig3_runs.csv", index=False)
     dec.to_csv(out / "oasis_decisions.csv", index=False)
@@ -192,8 +270,10 @@ def run_experiment(out: Path, job_counts, seeds, fig4_seeds=None, step: Progress
     return {"fig3": t3, "fig4": t4, "timing": timing, "fig3_runs": raw3}
 
 
-def run_trace(trace: str, limit: int | None, policies, out: Path, seed: int = 0, step: Progress | None = None) -> pd.DataFrame:
-    """Policies on a real trace; every job gets the `from_duration` default utility so total utility is comparable."""
+@lru_cache(maxsize=2)  # the policies of one trace share it when the cells run in one process
+def _trace_setup(trace: str, limit: int | None, seed: int):
+    """The trace's jobs (with `from_duration` default utilities), its cluster, the throughput model,
+    whether any job leaves its work undeclared, and OASiS' slots from the trace's durations."""
     from dlsched.paths import traces_dir
     from dlsched.policies.oasis_jobs import workload_slots
     from dlsched.presets import trace_cluster
@@ -202,26 +282,61 @@ def run_trace(trace: str, limit: int | None, policies, out: Path, seed: int = 0,
 
     wl = load_trace(trace, None, limit=limit, seed=seed, profiles="off")
     jobs, _ = with_default_utilities(wl.jobs)
-    cluster = trace_cluster(wl)
-    tp = default_throughput(traces_dir())
-    rows = []
     undeclared = any(not j.work_known for j in jobs)
-    picked = workload_slots(jobs)  # OASiS' slots from the trace's durations, as `dlsched compare` does
-    for name in policies:  # utility-driven policies plan from the work: an oracle when jobs declare none
+    return jobs, trace_cluster(wl), default_throughput(traces_dir()), undeclared, workload_slots(jobs)
+
+
+@dataclass(frozen=True)
+class OasisTraceCell:
+    """One policy on a real trace (`trace`: its path, as a string, loaded inside the cell), as a
+    sweep cell; the row is `run_trace`'s, its wall time measured in the cell."""
+
+    trace: str
+    limit: int | None
+    seed: int
+    policy: str
+
+    @property
+    def key(self) -> str:
+        return content_key({"kind": "oasis-trace", "trace": self.trace, "limit": self.limit, "seed": self.seed,
+                            "policy": self.policy})
+
+    @property
+    def name(self) -> str:
+        return f"{Path(self.trace).stem}-s{self.seed}-{self.policy}"
+
+    def labels(self) -> dict:
+        return {"trace": self.trace, "seed": self.seed, "policy": self.policy}
+
+    def run(self) -> CellResult:
+        jobs, cluster, tp, undeclared, picked = _trace_setup(self.trace, self.limit, self.seed)
+        name = self.policy  # utility-driven policies plan from the work: an oracle when jobs declare none
         opts = dict(zip(("slot_seconds", "horizon"), picked)) if name == "oasis" and picked else {}
         if name in UTILITY_DRIVEN and undeclared:
             opts["oracle"] = True
         pol = make_policy(name, **opts)
         t0 = time.perf_counter()
-        res = simulate(jobs, cluster, pol, tp, SimConfig(seed=seed))
+        res = simulate(jobs, cluster, pol, tp, SimConfig(seed=self.seed))
         s = res.summary
-        rows.append(dict(policy=f"{name} (oracle)" if s["oracle"] else name, jobs=s["jobs"], total_utility=s["total_utility"], finished=s["finished"],
-                         rejected=s["rejected"], rejection_rate=s["rejected"] / max(1, s["jobs"]),
-                         mean_jct_h=s["mean_jct"] / 3600, wall_seconds=time.perf_counter() - t0))
-        if step:
-            step(f"{name} on {Path(trace).name}")
-    df = pd.DataFrame(rows)
+        return CellResult(dict(policy=f"{name} (oracle)" if s["oracle"] else name, jobs=s["jobs"],
+                               total_utility=s["total_utility"], finished=s["finished"], rejected=s["rejected"],
+                               rejection_rate=s["rejected"] / max(1, s["jobs"]), mean_jct_h=s["mean_jct"] / 3600,
+                               wall_seconds=time.perf_counter() - t0))
+
+
+TRACE_COLUMNS = ["policy", "jobs", "total_utility", "finished", "rejected", "rejection_rate", "mean_jct_h", "wall_seconds"]
+
+
+def run_trace(trace: str, limit: int | None, policies, out: Path, seed: int = 0, step: Progress | None = None,
+              workers: int = 1, address: str | None = None) -> pd.DataFrame:
+    """Policies on a real trace; every job gets the `from_duration` default utility so total utility
+    is comparable. One sweep cell per policy (`OasisTraceCell`, stored in `out/cells`)."""
+    path = Path(trace)
+    cells = [OasisTraceCell(str(path.resolve()) if path.exists() else trace, limit, seed, name) for name in policies]
     out.mkdir(parents=True, exist_ok=True)
+    store = ResultsStore(out / "cells")
+    _run(cells, store, step, lambda c: f"{c.policy} on {Path(trace).name}", workers, address)
+    df = store.rows(cells, TRACE_COLUMNS)
     df.to_csv(out / "trace_table.csv", index=False)
     (out / "trace_summary.md").write_text(f"# Policies on {trace} (limit {limit})\n\n" + _md(df) + "\n")
     return df
@@ -270,9 +385,16 @@ def workload_stats(num_jobs: int, seed: int, horizon: int = 300, max_units: int 
                 max_share_of_jobs_in_3_slots=burst3)
 
 
+VARIANT_COLUMNS = ["variant", "policy", "restart_overhead_s", "total_utility", "finished", "rejected", "unfinished",
+                   "restarts", "wall_seconds"]
+#: columns only some variants have (OASiS' final price constants, Dorm's fallbacks): present when one does
+VARIANT_EXTRAS = ["U1_gpu", "L1", "eta1", "alpha", "dorm_fallbacks"]
+
+
 def run_variants(out: Path, num_jobs: int = 400, seed: int = 0, horizon: int = 300, variants=VARIANTS,
-                 step: Progress | None = None) -> tuple[pd.DataFrame, dict]:
-    """Every variant on `oasis_workload(num_jobs, seed)` and `paper_cluster(seed)`, T = `horizon` slots.
+                 step: Progress | None = None, workers: int = 1, address: str | None = None) -> tuple[pd.DataFrame, dict]:
+    """Every variant on `oasis_workload(num_jobs, seed)` and `paper_cluster(seed)`, T = `horizon` slots,
+    one sweep cell each (`OasisCell`, stored in `out/cells`).
 
     Writes variants_table.csv and variants.md (with the workload statistics) into `out`. OASiS rows
     also give the final price constants (U1 on GPUs, L1, eta1, alpha) and Dorm rows the number of
@@ -280,29 +402,14 @@ def run_variants(out: Path, num_jobs: int = 400, seed: int = 0, horizon: int = 3
     """
     if num_jobs <= 0:
         raise ConfigError("variants need a positive job count")
-    jobs = oasis_workload(num_jobs, seed=seed, slot_seconds=SLOT, arrival_slots=max(1, (2 * horizon) // 3))
-    cluster = paper_cluster(seed=seed)
-    rows = []
-    for label, name, opts, overhead in variants:
-        pol = _policy(name, horizon, opts) if name == "oasis" else make_policy(name, **opts)
-        cfg = SimConfig(seed=seed, restart_overhead=overhead, max_time=horizon * SLOT)
-        t0 = time.perf_counter()
-        res = simulate(jobs, cluster, pol, OASiSModel(), cfg)
-        s = res.summary
-        row = dict(variant=label, policy=name, restart_overhead_s=overhead, total_utility=s["total_utility"],
-                   finished=s["finished"], rejected=s["rejected"], unfinished=s["unfinished"], restarts=s["restarts"],
-                   wall_seconds=time.perf_counter() - t0)
-        if name == "oasis" and pol.online.terms:
-            c = pol.online.current()
-            row.update(U1_gpu=float(c.U1[0]), L1=float(c.L1), eta1=float(c.eta1), alpha=float(c.alpha))
-        if name == "dorm":
-            row.update(dorm_fallbacks=int(pol.fallbacks))
-        rows.append(row)
-        if step:
-            step(label)
-    df = pd.DataFrame(rows)
-    stats = workload_stats(num_jobs, seed, horizon)
+    cells = [OasisCell(num_jobs, seed, horizon, name, options=dict(opts), restart_overhead=overhead, label=label)
+             for label, name, opts, overhead in variants]
     out.mkdir(parents=True, exist_ok=True)
+    store = ResultsStore(out / "cells")
+    _run(cells, store, step, lambda c: c.label, workers, address)
+    table = store.table()
+    df = store.rows(cells, [*VARIANT_COLUMNS, *(c for c in VARIANT_EXTRAS if c in table.columns)])
+    stats = workload_stats(num_jobs, seed, horizon)
     df.to_csv(out / "variants_table.csv", index=False)
     md = [
         f"# OASiS variants: {num_jobs} jobs, seed {seed}, T = {horizon} slots (Fig. 3 workload)",

@@ -23,7 +23,8 @@ QoS without autoscaling (`qos-noscale`), and the full QoS framework (`qos`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
@@ -45,6 +46,9 @@ from dlsched.policies.phases.placement import even_spread, pack
 from dlsched.policies.registry import make_policy
 from dlsched.sim.config import SimConfig
 from dlsched.sim.engine import simulate
+from dlsched.sweep.cell import CellResult, content_key
+from dlsched.sweep.runner import run_cells
+from dlsched.sweep.store import ResultsStore
 from dlsched.throughput.base import ThroughputModel
 from dlsched.throughput.registry import default_throughput
 from dlsched.traces.qos_synthetic import qos_cluster, qos_workload
@@ -77,12 +81,33 @@ def _policy(name: str):
     return make_policy(base, **POLICIES[name])
 
 
-def _scenarios(quick: bool, seeds: list[int], itp_path: Path | None) -> list[Scenario]:
+@dataclass(frozen=True)
+class ScenarioSource:
+    """What a `Scenario` is built from, as content (picklable, hashable, part of a cell's key): the
+    synthetic workload's job count and seed, or an ITP deadline trace's path and job limit."""
+
+    name: str
+    synthetic_jobs: int | None = None
+    seed: int | None = None
+    path: str | None = None
+    limit: int | None = None
+
+    def build(self) -> Scenario:
+        return _build(self)
+
+
+@lru_cache(maxsize=4)  # the cells of one scenario share it when they run in one process
+def _build(src: ScenarioSource) -> Scenario:
+    if src.path is None:
+        jobs = qos_workload(src.synthetic_jobs, mean_interarrival=120.0, seed=src.seed).jobs
+        return Scenario(src.name, jobs, qos_cluster, CPU, 8.0, src.seed)
+    itp = load_trace(Path(src.path), "itp-deadline", elastic=True, limit=src.limit, profiles="off")
+    return Scenario(src.name, itp.jobs, _itp_cluster, GPU, ITP_NODE[0])
+
+
+def _sources(quick: bool, seeds: list[int], itp_path: Path | None) -> list[ScenarioSource]:
     n_syn = 24 if quick else 60
-    out = [
-        Scenario("synthetic", qos_workload(n_syn, mean_interarrival=120.0, seed=sd).jobs, qos_cluster, CPU, 8.0, sd)
-        for sd in seeds
-    ]
+    out = [ScenarioSource("synthetic", synthetic_jobs=n_syn, seed=sd) for sd in seeds]
     if itp_path is not None:
         paths = [Path(itp_path)]
     else:
@@ -94,8 +119,7 @@ def _scenarios(quick: bool, seeds: list[int], itp_path: Path | None) -> list[Sce
     for path in paths:
         if not path.exists():
             raise FileNotFoundError(path)
-        itp = load_trace(path, "itp-deadline", elastic=True, limit=60 if quick else None, profiles="off")
-        out.append(Scenario(f"itp-{path.stem}", itp.jobs, _itp_cluster, GPU, ITP_NODE[0]))
+        out.append(ScenarioSource(f"itp-{path.stem}", path=str(path.resolve()), limit=60 if quick else None))
     return out
 
 
@@ -156,54 +180,44 @@ def _feasible(sc: Scenario, cluster: Cluster, tp: ThroughputModel) -> dict[str, 
 
 def run_qos(
     out: Path, quick: bool = False, seed: int = 0, seeds: int = 1, itp: Path | None = None,
-    restart_overhead: float = 10.0, console=None,
+    restart_overhead: float = 10.0, console=None, workers: int = 1, address: str | None = None,
 ) -> dict:
     """Run the evaluation, write CSV/markdown tables and a plot into `out`; return the tables.
 
     The synthetic workload is drawn with seeds `seed .. seed+seeds-1` (figures are then means over
-    seeds, with their spread); the ITP trace is fixed and run once."""
+    seeds, with their spread); the ITP trace is fixed and run once. Every (scenario, resource
+    level, policy) run is a sweep cell (`QosCell`, stored in `out/cells`): in this process with one
+    worker, as Ray tasks with more or with an `address`. The cluster sizes are computed here, once
+    per scenario, and handed to its cells."""
     if seeds < 1:
         raise ConfigError(f"seeds must be >= 1, got {seeds}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tp = default_throughput(traces_dir())
-    config = SimConfig(seed=seed, restart_overhead=restart_overhead)
-    scenarios = _scenarios(quick, list(range(seed, seed + seeds)), itp)
-    plans = []
-    for sc in scenarios:
-        low, high = cluster_sizes(sc, tp)
-        plans += [(sc, "insufficient", low), (sc, "sufficient", high)]
-    rows, preds = [], []
-    total = len(plans) * len(POLICIES)
+    cells = []
+    for src in _sources(quick, list(range(seed, seed + seeds)), itp):
+        low, high = cluster_sizes(src.build(), tp)
+        cells += [QosCell(src, level, nodes, name, seed, restart_overhead)
+                  for level, nodes in (("insufficient", low), ("sufficient", high)) for name in POLICIES]
+    store = ResultsStore(out / "cells")
+    store.clear()  # the folder is this run's (`OutputFolder`): an earlier run's cells are not reused
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=console, transient=False,
     ) as bar:
-        runs = bar.add_task("runs", total=total)
-        for sc, level, nodes in plans:
-            cluster = sc.make_cluster(nodes)
-            feasible = _feasible(sc, cluster, tp)
-            for name in POLICIES:
-                tag = sc.name if sc.seed is None else f"{sc.name} seed {sc.seed}"
-                bar.update(runs, description=f"{tag} {level} ({nodes} nodes): {name}")
-                rec = PlanRecorder(_policy(name))
-                res = simulate(sc.jobs, cluster, rec, tp, config)
-                rows.append(_row(sc, level, cluster, name, res, rec, feasible, config))
-                sizing = getattr(rec.inner, "sizing", None)
-                if getattr(sizing, "predictions", None):
-                    df = prediction_errors(list(sizing.predictions.values()), res, rec)
-                    if len(df):
-                        df.insert(0, "policy", name)
-                        df.insert(0, "resources", level)
-                        df.insert(0, "seed", sc.seed if sc.seed is not None else -1)
-                        df.insert(0, "workload", sc.name)
-                        preds.append(df)
-                bar.advance(runs)
-    table = pd.DataFrame(rows)
+        runs = bar.add_task("runs", total=len(cells))
+
+        def done(c: QosCell, _row: dict) -> None:
+            src = c.source
+            tag = src.name if src.seed is None else f"{src.name} seed {src.seed}"
+            bar.update(runs, description=f"{tag} {c.level} ({c.nodes} nodes): {c.policy}", advance=1)
+
+        run_cells(cells, store, workers=workers, address=address, on_done=done)
+    table = store.rows(cells, ROW_COLUMNS)
+    pred_df = store.stacked_jobs(cells)
     gains = _gains(table)
     summary = _summary(table)
     gain_summary = _gain_summary(gains)
-    pred_df = pd.concat(preds, ignore_index=True) if preds else pd.DataFrame()
     errors = _error_table(pred_df)
     table.to_csv(out / "qos_results.csv", index=False)
     gains.to_csv(out / "qos_gains.csv", index=False)
@@ -218,7 +232,65 @@ def run_qos(
     return {"results": table, "summary": summary, "gains": gains, "gain_summary": gain_summary, "errors": errors}
 
 
+@dataclass(frozen=True)
+class QosCell:
+    """One policy on one scenario at one resource level (`nodes` of the scenario's cluster family),
+    as a sweep cell (`dlsched.sweep`). The scenario is rebuilt from its `source` inside `run()`;
+    `seed` and `restart_overhead` are the simulator's. Its row is a row of qos_results.csv, its
+    per-job table the completion predictions of the policies that make them (qos_predictions.csv)."""
+
+    source: ScenarioSource
+    level: str
+    nodes: int
+    policy: str
+    seed: int = 0
+    restart_overhead: float = 10.0
+
+    @property
+    def key(self) -> str:
+        return content_key({"kind": "qos", **asdict(self.source), "level": self.level, "nodes": self.nodes,
+                            "policy": self.policy, "sim_seed": self.seed, "restart_overhead": self.restart_overhead})
+
+    @property
+    def name(self) -> str:
+        src = self.source
+        tag = src.name if src.seed is None else f"{src.name}-s{src.seed}"
+        return f"{tag}__{self.level}__{self.policy}"
+
+    def labels(self) -> dict:
+        src = self.source
+        return {"workload": src.name, "seed": src.seed if src.seed is not None else -1, "resources": self.level,
+                "policy": self.policy}
+
+    def run(self) -> CellResult:
+        sc = self.source.build()
+        tp = default_throughput(traces_dir())
+        config = SimConfig(seed=self.seed, restart_overhead=self.restart_overhead)
+        cluster = sc.make_cluster(self.nodes)
+        feasible = _feasible(sc, cluster, tp)
+        rec = PlanRecorder(_policy(self.policy))
+        res = simulate(sc.jobs, cluster, rec, tp, config)
+        row = _row(sc, self.level, cluster, self.policy, res, rec, feasible, config)
+        preds = None
+        sizing = getattr(rec.inner, "sizing", None)
+        if getattr(sizing, "predictions", None):
+            df = prediction_errors(list(sizing.predictions.values()), res, rec)
+            if len(df):
+                df.insert(0, "policy", self.policy)
+                df.insert(0, "resources", self.level)
+                df.insert(0, "seed", sc.seed if sc.seed is not None else -1)
+                df.insert(0, "workload", sc.name)
+                preds = df
+        return CellResult(row, preds)
+
+
+ROW_COLUMNS = ["workload", "seed", "resources", "nodes", "capacity", "resource", "policy", "jobs", "deadline_met",
+               "feasible_jobs", "feasible_met", "finished", "rejected", "unfinished", "mean_jct_s", "restarts",
+               "alloc_util"]
+
+
 def _row(sc, level, cluster, name, res, rec, feasible, config) -> dict:
+    """One run's row of qos_results.csv (its columns: `ROW_COLUMNS`)."""
     jobs = res.jobs
     feas_ids = {k for k, v in feasible.items() if v}
     f = jobs[jobs.job_id.isin(feas_ids)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Sequence
 
 import pandas as pd
 
@@ -51,6 +52,19 @@ class ResultsStore:
         if not len(hit):
             return False
         return not bool(hit["has_jobs"].iloc[-1]) or self.cell_path(cell.name).exists()
+
+    def rows(self, cells: Sequence[Cell], columns: Sequence[str]) -> pd.DataFrame:
+        """The rows of `cells` (all finished), in their order, with `columns` in that order: an
+        experiment's table read back as its loop would have built it, whatever order the cells
+        finished in (column by column, so each keeps the dtype it has in the store)."""
+        t = self.table().set_index("key")
+        return t.loc[[c.key for c in cells], list(columns)].reset_index(drop=True)
+
+    def stacked_jobs(self, cells: Sequence[Cell]) -> pd.DataFrame:
+        """The per-job tables of `cells` stacked in their order (a cell without one adds nothing;
+        empty when none has one)."""
+        tables = [t for t in (self.jobs(c) for c in cells) if t is not None]
+        return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 
     def jobs(self, cell: Cell) -> pd.DataFrame | None:
         """The per-job table of a finished cell (None: it has none)."""
