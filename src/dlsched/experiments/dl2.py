@@ -71,10 +71,8 @@ def run_dl2_experiment(
 
     store = ResultsStore(out / "cells")
     store.clear()  # the folder is this run's (`OutputFolder`): an earlier run's cells are not reused
-    table = run_cells(cells, store, workers=workers, address=address, on_done=done)
-    columns = ["seed", "policy", "mean_jct_slots", "makespan_slots", "finished", "jobs"]
-    rows = [table[table["key"] == c.key].iloc[0][columns].to_dict() for c in cells]
-    runs = pd.DataFrame(rows)
+    run_cells(cells, store, workers=workers, address=address, on_done=done)
+    runs = store.rows(cells, ["seed", "policy", "mean_jct_slots", "makespan_slots", "finished", "jobs"])
     summary = runs.groupby("policy", sort=False).agg(
         mean_jct_slots=("mean_jct_slots", "mean"), std=("mean_jct_slots", "std"),
         makespan_slots=("makespan_slots", "mean"), finished=("finished", "mean")).reset_index()
