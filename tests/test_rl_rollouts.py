@@ -160,3 +160,50 @@ def test_trace_windows_draw_curves_when_the_trace_names_no_model_and_hold_out_it
     assert any(j.model.startswith("elasticflow:") for j in a)  # drawn measured curves
     held = {j.job_id for s in range(500, 505) for j in val(s)}
     assert not held & {j.job_id for s in range(1000, 1010) for j in train(s)}
+
+
+def test_pool_processes_end_when_their_learner_is_killed(tmp_path):
+    # A learner killed by SIGKILL (or SIGTERM, which runs no cleanup either) must not leave its
+    # spawned rollout workers behind.
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import psutil
+
+    script = tmp_path / "learner.py"
+    script.write_text(f"""
+import sys, time
+from dlsched.paths import traces_dir
+from dlsched.policies.dl2 import DL2Policy
+from dlsched.rl.dl2_config import DL2TrainConfig, worker_spec
+from dlsched.rl.pools import open_pool
+
+if __name__ == "__main__":
+    cfg = DL2TrainConfig(**{TINY!r})
+    with open_pool(worker_spec(cfg, DL2Policy, traces_dir()), "process", 2) as pool:
+        pool.warm()
+        print("ready", flush=True)
+        time.sleep(120)
+""")
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    learner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    workers: list[psutil.Process] = []
+    try:
+        assert learner.stdout.readline().strip() == "ready"
+        workers = [p for p in psutil.Process(learner.pid).children()
+                   if "spawn_main" in " ".join(p.cmdline()) and "resource_tracker" not in " ".join(p.cmdline())]
+        assert len(workers) == 2
+        learner.send_signal(signal.SIGKILL)
+        learner.wait(10)
+        _, alive = psutil.wait_procs(workers, timeout=15)
+        assert not alive, f"orphaned rollout workers: {[p.pid for p in alive]}"
+    finally:  # stop what this test started, by PID
+        for p in [learner, *workers]:
+            try:
+                p.kill()
+            except (psutil.NoSuchProcess, ProcessLookupError):
+                pass

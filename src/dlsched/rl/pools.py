@@ -14,6 +14,9 @@ ends first (A3C-style). Tasks queue in submission order and go to the first idle
 from __future__ import annotations
 
 import multiprocessing
+import os
+import threading
+import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import ExitStack, contextmanager
@@ -60,9 +63,19 @@ class InlinePool:
 _WORKER: RolloutWorker | None = None  # the worker of a pool process
 
 
-def _start_worker(spec: WorkerSpec) -> None:
+def _start_worker(spec: WorkerSpec, parent: int) -> None:
     global _WORKER
+    threading.Thread(target=_exit_with, args=(parent,), daemon=True, name="exit-with-learner").start()
     _WORKER = RolloutWorker(spec)
+
+
+def _exit_with(parent: int, every: float = 1.0) -> None:
+    """End this pool process once the learner that spawned it is gone. A learner stopped by
+    SIGTERM or SIGKILL runs no cleanup, and a spawned worker waiting for its next task would
+    otherwise live on, orphaned, holding a core's worth of memory (seen in a stopped training)."""
+    while os.getppid() == parent:
+        time.sleep(every)
+    os._exit(1)
 
 
 def _run(task: Task) -> Any:
@@ -78,7 +91,7 @@ class ProcessPool:
         self.workers = workers
         # spawn, not fork: a forked child would inherit torch's and the learner's threads mid-state
         self.executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                            initializer=_start_worker, initargs=(spec,))
+                                            initializer=_start_worker, initargs=(spec, os.getpid()))
         self.futures: dict[Future, Hashable] = {}
 
     def submit(self, tag: Hashable, task: Task) -> None:
