@@ -55,6 +55,8 @@ class DL2TrainConfig(BaseModel):
     pattern: str = "ali"
     cluster: str = "dl2"
     window: int = Field(20, ge=1, description="J: jobs the network sees")
+    stay_cap: float | None = Field(None, ge=0, description="the network sees row 1 of the state (slots in the "
+                                   "system / 10) saturated at this value (0: not at all); None: as is, DL2's state")
     slot_seconds: float = Field(1200.0, gt=0)
     teacher: str = "drf"
     warmup_traces: int = Field(30, ge=0, description="teacher workloads recorded for the warm-up (0: no warm-up)")
@@ -153,6 +155,11 @@ class DL2TrainConfig(BaseModel):
         return list(range(lo, lo + n))
 
 
+def new_net(cfg: DL2TrainConfig) -> DL2Net:
+    """A fresh DL2 network of the config's shape and inputs (the learner's and every worker's)."""
+    return DL2Net(cfg.window, stay_cap=cfg.stay_cap)
+
+
 def make_env(cfg: DL2TrainConfig, traces: Path | None) -> SchedulingEnv:
     """The training environment; `traces`: the traces root of the measured DL2 speeds (None: analytic)."""
     return SchedulingEnv(cfg.workload_source("train", traces), load_cluster(cfg.cluster), default_throughput(traces), window=cfg.window,
@@ -189,5 +196,5 @@ class Validation:
 
 def worker_spec(cfg: DL2TrainConfig, student: Callable, traces: Path | None) -> WorkerSpec:
     """What each rollout worker builds: the training environment, a DL2 network, the validation."""
-    return WorkerSpec(make_env=partial(make_env, cfg, traces), make_net=partial(DL2Net, cfg.window),
+    return WorkerSpec(make_env=partial(make_env, cfg, traces), make_net=partial(new_net, cfg),
                       explore_rate=cfg.explore_rate, evaluate=Validation(cfg, student, traces))

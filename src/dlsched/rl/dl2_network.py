@@ -14,6 +14,8 @@ from torch import nn
 
 from dlsched.rl.slot_builder import ROWS, action_dim
 
+STAY_ROW = 1  # the state's row of slots spent in the system / 10 (`slot_builder`)
+
 
 def _trunk(inputs: int, hidden: int, layers: int) -> nn.Sequential:
     mods: list[nn.Module] = []
@@ -25,25 +27,37 @@ def _trunk(inputs: int, hidden: int, layers: int) -> nn.Sequential:
 
 
 class DL2Net(nn.Module):
-    def __init__(self, window: int = 20, hidden: int | None = None, layers: int = 2):
+    """`stay_cap`: the network sees row 1 of the state (slots the job has spent in the system / 10)
+    saturated at this value; None sees it as is (DL2's state). It belongs to the model, so training
+    and scheduling see the same inputs, and a model file saved without it behaves as before."""
+
+    def __init__(self, window: int = 20, hidden: int | None = None, layers: int = 2, stay_cap: float | None = None):
         super().__init__()
         self.window = window
+        self.stay_cap = stay_cap
         self.hidden = hidden or max(16, (ROWS * window * 2) // 3)
         self.layers = layers
         inputs = ROWS * window
         self.actor = nn.Sequential(_trunk(inputs, self.hidden, layers), nn.Linear(self.hidden, action_dim(window)))
         self.critic = nn.Sequential(_trunk(inputs, self.hidden, layers), nn.Linear(self.hidden, 1))
 
+    def _inputs(self, state: torch.Tensor) -> torch.Tensor:
+        if self.stay_cap is not None:
+            state = torch.cat([state[:, :STAY_ROW], state[:, STAY_ROW:STAY_ROW + 1].clamp(max=self.stay_cap),
+                               state[:, STAY_ROW + 1:]], 1)
+        return state.flatten(1)
+
     def logits(self, state: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Masked action logits for a batch of (B, 6, J) states and (B, 3J+1) boolean masks."""
-        out = self.actor(state.flatten(1))
+        out = self.actor(self._inputs(state))
         return out.masked_fill(~mask, -1e9)
 
     def value(self, state: torch.Tensor) -> torch.Tensor:
-        return self.critic(state.flatten(1)).squeeze(-1)
+        return self.critic(self._inputs(state)).squeeze(-1)
 
     def config(self) -> dict:
-        return {"window": self.window, "hidden": self.hidden, "layers": self.layers}
+        config = {"window": self.window, "hidden": self.hidden, "layers": self.layers}
+        return config if self.stay_cap is None else {**config, "stay_cap": self.stay_cap}
 
 
 @torch.no_grad()

@@ -22,7 +22,7 @@ import torch
 from dlsched.core.errors import ConfigError
 from dlsched.core.policy import Policy
 from dlsched.rl.actor_critic import RLConfig, RLHistory, train_rl
-from dlsched.rl.dl2_config import RESUME_MAY_CHANGE, DL2TrainConfig, Validation, make_env, worker_spec
+from dlsched.rl.dl2_config import RESUME_MAY_CHANGE, DL2TrainConfig, Validation, make_env, new_net, worker_spec
 from dlsched.rl.dl2_network import DL2Net
 from dlsched.rl.learner import train_rl_parallel
 from dlsched.rl.model_io import save_model
@@ -52,7 +52,7 @@ def train_dl2(cfg: DL2TrainConfig, out: Path, teacher: Teacher, student: Student
     say = progress or (lambda phase, done, total, note: None)
     started = time.monotonic()
     env = make_env(cfg, traces)
-    net = DL2Net(cfg.window)
+    net = new_net(cfg)
     state = {"phase": "warmup", "episode": 0, "history": [], "seconds": 0.0, "warmup_loss": []}
     if resume and ckpt_path.exists():
         blob = torch.load(ckpt_path, map_location="cpu", weights_only=False)
