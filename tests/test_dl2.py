@@ -128,6 +128,32 @@ def test_credit_modes_on_a_hand_computed_slot():
         credit(slot, 0.6, per_job, "jobs")
 
 
+def test_stay_cap_saturates_state_row_1_and_travels_with_the_model(tmp_path):
+    from dlsched.rl.model_io import load_model, save_model
+
+    torch.manual_seed(0)
+    net = DL2Net(4, stay_cap=0.5).eval()
+    s = torch.rand(3, ROWS, 4)
+    mask = torch.ones(3, action_dim(4), dtype=torch.bool)
+    longer = s.clone()
+    longer[:, 1] = s[:, 1] + 7.0  # every job in the system 70 slots longer: all beyond the cap
+    at_cap = s.clone()
+    at_cap[:, 1] = 0.5
+    capped = s.clone()
+    capped[:, 1] = s[:, 1].clamp(max=0.5)
+    with torch.no_grad():
+        assert torch.equal(net.logits(longer, mask), net.logits(at_cap, mask))
+        assert torch.equal(net.value(longer), net.value(at_cap))
+        assert torch.equal(net.logits(s, mask), net.logits(capped, mask))
+        plain = DL2Net(4).eval()
+        assert not torch.allclose(plain.logits(s, mask), plain.logits(longer, mask))
+    save_model(net, tmp_path / "m.pt")
+    again, _ = load_model(tmp_path / "m.pt")
+    assert again.stay_cap == 0.5 and again.config()["stay_cap"] == 0.5
+    save_model(DL2Net(4), tmp_path / "plain.pt")  # a model without the key: DL2's state, as before
+    assert load_model(tmp_path / "plain.pt")[0].stay_cap is None and "stay_cap" not in DL2Net(4).config()
+
+
 def test_warmup_imitates_the_teacher():
     env = make_env(n=10, window=6)
     data = collect(env, drf, [1, 2, 3])
