@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from dlsched.config import Seed
 from dlsched.core.errors import ConfigError
 from dlsched.presets import load_cluster
+from dlsched.rl.actor_critic import REWARD_MODES
 from dlsched.rl.dl2_network import DL2Net
 from dlsched.rl.env import SchedulingEnv
 from dlsched.rl.rollouts import WorkerSpec
@@ -68,7 +69,9 @@ class DL2TrainConfig(BaseModel):
     batch: int = Field(256, ge=2)
     replay: int = Field(8192, ge=2)
     explore_rate: float = Field(0.2, ge=0, le=1)
-    reward: str = Field("slot", pattern="^(slot|job|job-mean)$", description="slot: DL2's reward; job: credit each task action with its job's progress, ending the slot with the slot's; job-mean: ending the slot with the mean job's (`actor_critic.credit`)")
+    reward: str = Field("slot", description="one of REWARD_MODES: slot: DL2's reward; job: credit each task action with its "
+                        "job's progress, ending the slot with the slot's; job-mean: ending the slot with the mean job's "
+                        "(`actor_critic.credit`)")
     validate_every: int = Field(10, ge=1)
     validation_traces: int = Field(3, ge=1)
     train_seeds: tuple[Seed, Seed] = (1000, 100000)
@@ -81,6 +84,13 @@ class DL2TrainConfig(BaseModel):
     rollout_backend: str = Field("ray", pattern="^(ray|process)$", description="where parallel rollouts run: Ray actors "
                                  "(a private local Ray, or ray_address) or OS processes")
     ray_address: str | None = Field(None, description="join this Ray cluster (auto, host:port, ray://host:port) instead of a local one")
+
+    @field_validator("reward")
+    @classmethod
+    def _reward_mode(cls, mode: str) -> str:
+        if mode not in REWARD_MODES:
+            raise ValueError(f"reward {mode!r}: expected one of {', '.join(REWARD_MODES)}")
+        return mode
 
     @field_validator("curriculum")
     @classmethod
