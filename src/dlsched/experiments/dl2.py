@@ -20,8 +20,7 @@ from dlsched.rl.train_dl2 import DL2TrainConfig
 from dlsched.sim.config import SimConfig
 from dlsched.sim.engine import simulate
 from dlsched.sweep.cell import CellResult, content_key
-from dlsched.sweep.runner import run_cells
-from dlsched.sweep.store import ResultsStore
+from dlsched.sweep.runner import run_afresh, when_groups_finish
 from dlsched.throughput.registry import default_throughput
 from dlsched.traces import default_workload
 from dlsched.traces.sizing import made_elastic
@@ -62,16 +61,8 @@ def run_dl2_experiment(
     config_json = cfg.model_dump(mode="json")
     seeds = cfg.seeds("test", traces)
     cells = [DL2Cell(seed, name, m, config_json) for seed in seeds for name, m in models.items()]
-    left = {seed: len(models) for seed in seeds}
-
-    def done(cell: "DL2Cell", _row: dict) -> None:
-        left[cell.seed] -= 1
-        if on_step and not left[cell.seed]:
-            on_step(f"test trace {cell.seed}")
-
-    store = ResultsStore(out / "cells")
-    store.clear()  # the folder is this run's (`OutputFolder`): an earlier run's cells are not reused
-    run_cells(cells, store, workers=workers, address=address, on_done=done)
+    done = when_groups_finish(cells, lambda c: c.seed, on_step and (lambda seed: on_step(f"test trace {seed}")))
+    store = run_afresh(cells, out / "cells", workers=workers, address=address, on_done=done)
     runs = store.rows(cells, ["seed", "policy", "mean_jct_slots", "makespan_slots", "finished", "jobs"])
     summary = runs.groupby("policy", sort=False).agg(
         mean_jct_slots=("mean_jct_slots", "mean"), std=("mean_jct_slots", "std"),

@@ -39,8 +39,7 @@ from dlsched.sim.config import SimConfig
 from dlsched.sim.engine import simulate
 from dlsched.sim.results import SimResult
 from dlsched.sweep.cell import CellResult, content_key
-from dlsched.sweep.runner import run_cells
-from dlsched.sweep.store import ResultsStore
+from dlsched.sweep.runner import run_afresh, when_groups_finish
 from dlsched.throughput.base import ThroughputModel
 from dlsched.throughput.parameter_server import ParameterServerModel
 from dlsched.throughput.registry import default_throughput
@@ -262,17 +261,8 @@ def run_dragon_experiment(
         for elastic in (False, True):
             cells += [DragonCell(0, name, trace=True, elastic=elastic) for name in TRACE_POLICIES]
             steps[(True, elastic, 0)] = trace_jobs(elastic)[0]
-    left = {k: sum(1 for x in cells if (x.trace, x.elastic, x.seed) == k) for k in steps}
-
-    def done(cell: DragonCell, _row: dict) -> None:
-        k = (cell.trace, cell.elastic, cell.seed)
-        left[k] -= 1
-        if on_step and not left[k]:
-            on_step(steps[k])
-
-    store = ResultsStore(out / "cells")
-    store.clear()  # the folder is this run's (`OutputFolder`): an earlier run's cells are not reused
-    run_cells(cells, store, workers=workers, address=address, on_done=done)
+    done = when_groups_finish(cells, lambda x: (x.trace, x.elastic, x.seed), on_step and (lambda k: on_step(steps[k])))
+    store = run_afresh(cells, out / "cells", workers=workers, address=address, on_done=done)
     runs = store.rows(cells, RUN_COLUMNS)
     summary = summarize_runs(runs)
     report = DragonReport(runs, summary, headline_figures(runs), ablation_table(runs))

@@ -28,7 +28,7 @@ from dlsched.policies.registry import UTILITY_DRIVEN, make_policy
 from dlsched.sim.config import SimConfig
 from dlsched.sim.engine import simulate
 from dlsched.sweep.cell import CellResult, content_key
-from dlsched.sweep.runner import run_cells
+from dlsched.sweep.runner import run_afresh
 from dlsched.sweep.store import ResultsStore
 from dlsched.throughput.oasis_model import OASiSModel
 from dlsched.traces.oasis_workload import oasis_workload, paper_cluster
@@ -127,13 +127,12 @@ class OasisCell:
         return CellResult(row, table)
 
 
-def _run(cells: list[OasisCell], store: ResultsStore, step: Progress | None, message: Callable[[OasisCell], str],
-         workers: int, address: str | None) -> None:
-    """Run `cells` into `store` (emptied first: the folder is this run's), saying `message(cell)`
-    to `step` as each finishes."""
-    store.clear()
-    run_cells(cells, store, workers=workers, address=address,
-              on_done=None if step is None else lambda c, _row: step(message(c)))
+def _run(cells: list[OasisCell], out: Path, step: Progress | None, message: Callable[[OasisCell], str],
+         workers: int, address: str | None) -> ResultsStore:
+    """Run `cells` into `out/cells` (emptied first: the folder is this run's), saying
+    `message(cell)` to `step` as each finishes; returns the store."""
+    return run_afresh(cells, out / "cells", workers=workers, address=address,
+                      on_done=None if step is None else lambda c, _row: step(message(c)))
 
 
 def _setting_message(c: OasisCell) -> str:
@@ -237,8 +236,7 @@ def run_experiment(out: Path, job_counts, seeds, fig4_seeds=None, step: Progress
         raise ConfigError("--seeds must be >= 1")
     out.mkdir(parents=True, exist_ok=True)
     c3, c4 = fig3_cells(job_counts, seeds), fig4_cells(fig4_seeds if fig4_seeds is not None else seeds)
-    store = ResultsStore(out / "cells")
-    _run([*c3, *c4], store, step, _setting_message, workers, address)
+    store = _run([*c3, *c4], out, step, _setting_message, workers, address)
     raw3, dec = fig3(c3, store)
     raw4 = fig4(c4, store)
     t3, t4 = fig3_table(raw3), fig4_table(raw4)
@@ -334,8 +332,7 @@ def run_trace(trace: str, limit: int | None, policies, out: Path, seed: int = 0,
     path = Path(trace)
     cells = [OasisTraceCell(str(path.resolve()) if path.exists() else trace, limit, seed, name) for name in policies]
     out.mkdir(parents=True, exist_ok=True)
-    store = ResultsStore(out / "cells")
-    _run(cells, store, step, lambda c: f"{c.policy} on {Path(trace).name}", workers, address)
+    store = _run(cells, out, step, lambda c: f"{c.policy} on {Path(trace).name}", workers, address)
     df = store.rows(cells, TRACE_COLUMNS)
     df.to_csv(out / "trace_table.csv", index=False)
     (out / "trace_summary.md").write_text(f"# Policies on {trace} (limit {limit})\n\n" + _md(df) + "\n")
@@ -405,8 +402,7 @@ def run_variants(out: Path, num_jobs: int = 400, seed: int = 0, horizon: int = 3
     cells = [OasisCell(num_jobs, seed, horizon, name, options=dict(opts), restart_overhead=overhead, label=label)
              for label, name, opts, overhead in variants]
     out.mkdir(parents=True, exist_ok=True)
-    store = ResultsStore(out / "cells")
-    _run(cells, store, step, lambda c: c.label, workers, address)
+    store = _run(cells, out, step, lambda c: c.label, workers, address)
     table = store.table()
     df = store.rows(cells, [*VARIANT_COLUMNS, *(c for c in VARIANT_EXTRAS if c in table.columns)])
     stats = workload_stats(num_jobs, seed, horizon)

@@ -47,8 +47,7 @@ from dlsched.policies.registry import make_policy
 from dlsched.sim.config import SimConfig
 from dlsched.sim.engine import simulate
 from dlsched.sweep.cell import CellResult, content_key
-from dlsched.sweep.runner import run_cells
-from dlsched.sweep.store import ResultsStore
+from dlsched.sweep.runner import run_afresh
 from dlsched.throughput.base import ThroughputModel
 from dlsched.throughput.registry import default_throughput
 from dlsched.traces.qos_synthetic import qos_cluster, qos_workload
@@ -199,8 +198,6 @@ def run_qos(
         low, high = cluster_sizes(src.build(), tp)
         cells += [QosCell(src, level, nodes, name, seed, restart_overhead)
                   for level, nodes in (("insufficient", low), ("sufficient", high)) for name in POLICIES]
-    store = ResultsStore(out / "cells")
-    store.clear()  # the folder is this run's (`OutputFolder`): an earlier run's cells are not reused
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=console, transient=False,
@@ -212,7 +209,7 @@ def run_qos(
             tag = src.name if src.seed is None else f"{src.name} seed {src.seed}"
             bar.update(runs, description=f"{tag} {c.level} ({c.nodes} nodes): {c.policy}", advance=1)
 
-        run_cells(cells, store, workers=workers, address=address, on_done=done)
+        store = run_afresh(cells, out / "cells", workers=workers, address=address, on_done=done)
     table = store.rows(cells, ROW_COLUMNS)
     pred_df = store.stacked_jobs(cells)
     gains = _gains(table)

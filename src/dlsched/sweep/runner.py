@@ -9,8 +9,9 @@ content (the test suite checks Ray against one-by-one runs, cell by cell).
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Hashable, Sequence
 
 import pandas as pd
 
@@ -64,6 +65,40 @@ def run_cells(
         return store.table()
     _run_on_ray(todo, record, workers, address)
     return store.table()
+
+
+def run_afresh(
+    cells: Sequence[Cell],
+    folder: Path,
+    *,
+    workers: int = 1,
+    address: str | None = None,
+    on_done: Callable[[Cell, dict], None] | None = None,
+) -> ResultsStore:
+    """Run every cell into the store at `folder`, emptied first, and return the store: an
+    experiment's output folder is its run's own (`OutputFolder`), so an earlier run's cells there
+    are not reused (`dlsched sweep` and `experiment real-traces` resume instead: `run_cells`)."""
+    store = ResultsStore(folder)
+    store.clear()
+    run_cells(cells, store, workers=workers, address=address, on_done=on_done)
+    return store
+
+
+def when_groups_finish(cells: Sequence[Cell], group: Callable[[Cell], Hashable],
+                       say: Callable[[Hashable], None] | None) -> Callable[[Cell, dict], None] | None:
+    """An `on_done` for `run_cells` that calls `say(g)` once the last cell of group `g` (as
+    `group(cell)` names it) has finished: progress by workload, whatever order the cells end in."""
+    if say is None:
+        return None
+    left = Counter(group(c) for c in cells)
+
+    def done(cell: Cell, _row: dict) -> None:
+        g = group(cell)
+        left[g] -= 1
+        if not left[g]:
+            say(g)
+
+    return done
 
 
 def _run_on_ray(todo: list[Cell], record: Callable[[Cell, CellResult], None], workers: int, address: str | None) -> None:
