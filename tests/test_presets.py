@@ -16,7 +16,9 @@ GPUS = {"dl2": 192, "dl2-large": 1000, "optimus": 12, "philly": 640, "itp": 768,
         "alibaba2023": 6212, "gavel": 108, "pollux": 64, "dragon": 32,
         # per-trace ITP presets, sized by benchmarks/size_itp_presets.py (tests/test_load.py checks their load)
         "itp-cluster01": 64, "itp-cluster02": 112, "itp-cluster03": 176, "itp-cluster04": 616, "itp-cluster05": 16,
-        "itp-cluster09": 40, "itp-cluster10": 16}
+        "itp-cluster09": 40, "itp-cluster10": 16,
+        # heterogeneous-cluster scenarios (dlsched.hetero, docs/HETERO.md)
+        "pai2020": 6742, "hetero-small": 128, "hetero-homogeneous": 128}
 
 
 def test_every_preset_loads_with_its_gpu_count() -> None:
