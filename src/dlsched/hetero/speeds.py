@@ -100,7 +100,7 @@ def fluctuation_events(
     straggler_rate_per_day: float = 1.0,
     straggler_slowdown: tuple[float, float] = (1.3, 2.0),
     straggler_duration_s: tuple[float, float] = (1800.0, 14400.0),
-    contention_rate_per_day: float = 4.0,
+    contention_rate_per_day: float = 2.0,
     contention_kappa: tuple[float, float] = (0.1, 0.3),
     contention_duration_s: tuple[float, float] = (600.0, 7200.0),
     min_change: float = 0.01,
@@ -255,6 +255,6 @@ _NO_SPREAD = dict(spread=0.0, family_spread=0.0, outlier_prob=0.0)
 VARIABILITY: dict[str, Variability] = {
     "steady": Variability(**_NO_SPREAD),
     "static": Variability(),
-    "fluctuating": Variability(ou_sd=0.05, straggler_rate_per_day=1.0, contention_rate_per_day=4.0),
-    "strong": Variability(outlier_prob=0.05, ou_sd=0.08, straggler_rate_per_day=3.0, contention_rate_per_day=8.0),
+    "fluctuating": Variability(ou_sd=0.05, straggler_rate_per_day=1.0, contention_rate_per_day=2.0),
+    "strong": Variability(outlier_prob=0.05, ou_sd=0.08, straggler_rate_per_day=3.0, contention_rate_per_day=6.0),
 }
