@@ -84,3 +84,59 @@ def test_bad_node_events_are_config_errors():
         _run(jobs, [NodeEvent(1.0, 7, "fail")])
     with pytest.raises(ConfigError, match="bad node event"):
         _run(jobs, [NodeEvent(1.0, 0, "speed", speed=0.0)])
+
+
+def _priced(nodes=2):
+    base = Cluster.homogeneous("ev", nodes=nodes, gpus=1, cpus=8, mem=32)
+    import dataclasses
+    return dataclasses.replace(base, price=[2.0, 4.0][:nodes])
+
+
+def test_fees_are_gpu_hours_times_the_prices_of_the_nodes_held():
+    jobs = [JobSpec(job_id="a", submit_time=0.0, iterations=200.0, num_workers=2)]
+    res = simulate(jobs, _priced(), make_policy("fifo"), PerWorker(),
+                   node_events=[NodeEvent(50.0, 1, "speed", speed=0.25), NodeEvent(90.0, 1, "speed", speed=1.0)])
+    # 130 s on one GPU of each node: 130/3600 h × (2 + 4) USD
+    assert res.jobs.set_index("job_id").loc["a", "fee"] == pytest.approx(130.0 / 3600.0 * 6.0)
+    assert res.summary["total_fee"] == pytest.approx(130.0 / 3600.0 * 6.0)
+    plain = simulate(jobs, Cluster.homogeneous("ev", nodes=2, gpus=1, cpus=8, mem=32), make_policy("fifo"), PerWorker())
+    assert plain.summary["total_fee"] == 0.0
+
+
+def test_bad_prices_are_config_errors():
+    import dataclasses
+    with pytest.raises(ConfigError, match="price"):
+        dataclasses.replace(Cluster.homogeneous("ev", nodes=2, gpus=1, cpus=8, mem=32), price=[1.0])
+    with pytest.raises(ConfigError, match="price"):
+        dataclasses.replace(Cluster.homogeneous("ev", nodes=2, gpus=1, cpus=8, mem=32), price=[1.0, -1.0])
+
+
+class Recorder(Policy):
+    """fifo on two one-GPU nodes, recording what each call saw of the running job's workers."""
+
+    name = "recorder"
+    interval = 10.0
+
+    def __init__(self):
+        self.seen = []
+        self.inner = make_policy("fifo")
+
+    def reset(self, cluster, seed):
+        self.inner.reset(cluster, seed)
+
+    def schedule(self, snap):
+        self.seen += [(snap.now, dict(j.node_speeds or {}), snap.profile) for j in snap.running]
+        return self.inner.schedule(snap)
+
+
+def test_policies_see_the_speed_their_jobs_workers_measure_and_the_type_level_profile():
+    jobs = [JobSpec(job_id="a", submit_time=0.0, iterations=200.0, num_workers=2)]
+    rec = Recorder()
+    model = PerWorker()
+    simulate(jobs, Cluster.homogeneous("ev", nodes=2, gpus=1, cpus=8, mem=32), rec, model,
+             node_events=[NodeEvent(50.0, 1, "speed", speed=0.25)])
+    before = [s for t, s, _ in rec.seen if t < 50.0]
+    after = [s for t, s, _ in rec.seen if t >= 50.0]
+    assert before and all(s == {0: 1.0, 1: 1.0} for s in before)
+    assert after and all(s == {0: 1.0, 1: 0.25} for s in after)
+    assert all(p is model for _, _, p in rec.seen)

@@ -37,6 +37,9 @@ class Cluster:
     speed: np.ndarray  # (N,) float, 1.0 = nominal
     node_names: tuple[str, ...]
     network: Network = field(default_factory=Network)
+    # USD per GPU-hour of each node (its GPU type's rental price): a job's fee is the GPU-hours it
+    # held × these prices. None: the cluster has no prices (every fee is 0).
+    price: np.ndarray | None = None
     # derived facts (feasibility of a demand shape, ...) memoised per cluster; never part of identity
     memo: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -62,6 +65,12 @@ class Cluster:
         object.__setattr__(self, "speed", speed)
         object.__setattr__(self, "gpu_type", gt)
         object.__setattr__(self, "rack", rk)
+        if self.price is not None:
+            price = np.asarray(self.price, dtype=float)
+            if price.shape != (n,) or not np.isfinite(price).all() or (price < 0).any():
+                raise ConfigError(f"cluster {self.name!r}: price must be one finite value >= 0 per node")
+            price.setflags(write=False)
+            object.__setattr__(self, "price", price)
 
     @property
     def num_nodes(self) -> int:

@@ -73,12 +73,18 @@ class JobState:
     alloc_gpus: float = 0.0  # GPUs of the current allocation
     held_gpus: float = 0.0
     alloc_nodes: int = 0  # nodes the current allocation spans
+    fee_rate: float = 0.0  # USD per second the current allocation costs (its GPUs × their nodes' prices)
+    # node -> speed factor the job's workers there measure (per-worker step time against the
+    # type-level profile, as PAI's per-worker mini-batch times give): set by the simulator at each
+    # run and speed change; None where nothing measures it (the live backends do not report it yet)
+    node_speeds: dict[int, float] | None = None
     _progress: float = 0.0
     _attained: float = 0.0
     _run_time: float = 0.0
     _held_gpu_seconds: float = 0.0
     _node_seconds: float = 0.0
     _waited: float = 0.0
+    _fee: float = 0.0
 
     # --- continuously growing quantities ---------------------------------------------------
     def _elapsed(self) -> float:
@@ -102,6 +108,13 @@ class JobState:
     @property
     def gpu_seconds(self) -> float:
         return self.attained_service
+
+    @property
+    def fee(self) -> float:
+        """USD charged so far: GPU-hours held × the price of the nodes they were on."""
+        if self.status is not JobStatus.RUNNING:
+            return self._fee
+        return self._fee + self.fee_rate * self._elapsed()
 
     @property
     def run_time(self) -> float:
@@ -167,6 +180,7 @@ class JobState:
             self._attained = self._attained + self.alloc_gpus * e
             self._run_time = self._run_time + e
             self._node_seconds = self._node_seconds + self.alloc_nodes * e
+            self._fee = self._fee + self.fee_rate * e
         elif status is JobStatus.PENDING:
             self._waited = self._waited + e
         if self.held is not None:
@@ -258,7 +272,7 @@ class Snapshot:
     """
 
     __slots__ = ("now", "cluster", "_free", "_pending", "_running", "restart_overhead", "oracle", "rng",
-                 "events", "arrived", "finished", "stopped", "capacity")
+                 "events", "arrived", "finished", "stopped", "capacity", "profile")
 
     def __init__(
         self,
@@ -275,6 +289,7 @@ class Snapshot:
         finished: tuple[JobState, ...] = (),
         stopped: tuple[JobState, ...] = (),
         capacity: np.ndarray | None = None,
+        profile: "ThroughputModel | None" = None,
     ):
         self.now = now
         self.cluster = cluster
@@ -294,6 +309,11 @@ class Snapshot:
         self.finished = finished
         self.stopped = stopped
         self.capacity = cluster.capacity if capacity is None else capacity
+        # The type-level throughput profile (what Gavel-style profiling measures: a job's rate on
+        # an allocation's GPU types and sizes, at nominal machine speed), or None where none is
+        # known. Not ground truth: machines' own speed factors and their changes are not in it,
+        # and it says nothing of a job's total work.
+        self.profile = profile
 
     @property
     def free(self) -> np.ndarray:

@@ -94,6 +94,9 @@ class ClusterState:
         js.allocation = alloc
         js.alloc_gpus = alloc.num_workers * js.spec.worker_demand[GPU]
         js.alloc_nodes = alloc.num_nodes
+        if (price := self.cluster.price) is not None:
+            gw, gp = js.spec.worker_demand[GPU], js.spec.ps_demand[GPU]
+            js.fee_rate = sum((w * gw + p * gp) * price[n] for n, w, p in zip(alloc.nodes, alloc.workers, alloc.ps)) / 3600.0
         self.busy_gpus += js.alloc_gpus
         self._use(js.spec, alloc, 1.0)
         if js.first_start is None:
@@ -167,6 +170,8 @@ class ClusterState:
             js.allocation = None
             js.alloc_gpus = 0.0
             js.alloc_nodes = 0
+            js.fee_rate = 0.0
+            js.node_speeds = None
             js.rate = 0.0
             js.version += 1
         self._drop_hold(js)
@@ -214,11 +219,11 @@ class ClusterState:
 
     # ------------------------------------------------------------------ decisions
     def snapshot(self, now: float, events: tuple[str, ...], restart_overhead: float,
-                 oracle=None, rng: np.random.Generator | None = None) -> Snapshot:
+                 oracle=None, rng: np.random.Generator | None = None, profile=None) -> Snapshot:
         """What the policy sees now, with what changed since the previous snapshot."""
         arrived, finished, stopped = self._arrived, self._finished, self._stopped
         snap = Snapshot(now, self.cluster, self._free_view, self.pending, self.running, restart_overhead, oracle,
-                        rng, events, tuple(arrived), tuple(finished), tuple(stopped), self.capacity)
+                        rng, events, tuple(arrived), tuple(finished), tuple(stopped), self.capacity, profile)
         self._arrived.clear()
         self._finished.clear()
         self._stopped.clear()

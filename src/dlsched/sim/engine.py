@@ -115,7 +115,8 @@ class Simulator:
             if reasons and (state.pending or state.running):
                 self.policy_calls += 1
                 plan = yield state.snapshot(t, reasons, cfg.restart_overhead,
-                                            oracle=self.throughput if self.policy.oracle else None, rng=self.rng)
+                                            oracle=self.throughput if self.policy.oracle else None, rng=self.rng,
+                                            profile=self.throughput)
                 started = self._apply(plan, t, name)
                 trig.wake_at(plan.wake_at, t)
                 if self.on_progress is not None:
@@ -256,9 +257,10 @@ class Simulator:
         if leaf is None:  # the model that serves this job, resolved once (ThroughputModel.leaf_for)
             leaf = self._leaf[js.index] = self.throughput.leaf_for(js.spec)
         rate = leaf.rate(js.spec, alloc, self.cluster)
+        nodes, speed = alloc.nodes, self.speed
         if rate > 0:
-            nodes, speed = alloc.nodes, self.speed
             rate *= speed[nodes[0]] if len(nodes) == 1 else min([speed[n] for n in nodes])  # its slowest node
+        js.node_speeds = {n: speed[n] for n in nodes}  # what its workers' step times show
         js.rate = rate
         js.observed_rates[(len(alloc.nodes), alloc.num_workers, alloc.num_ps)] = rate
         js.version += 1

@@ -32,7 +32,7 @@ JOB_COLUMNS = [
     "job_id", "status", "reason", "submit", "start", "end", "jct", "queueing_delay", "first_start_delay",
     "deadline",
     "deadline_met", "utility", "restarts", "preemptions", "gpus_requested", "gpu_seconds",
-    "held_gpu_seconds", "iterations", "progress", "mean_nodes", "model", "profile", "throughput_model",
+    "held_gpu_seconds", "iterations", "progress", "mean_nodes", "model", "profile", "throughput_model", "fee",
 ]
 
 
@@ -96,7 +96,7 @@ class JobTable:
     """
 
     _KINDS = ["O", "O", "O", "d", "d", "d", "d", "d", "d", "d", "O", "d", "q", "q", "d", "d",
-              "d", "d", "d", "d", "O", "O", "O"]
+              "d", "d", "d", "d", "O", "O", "O", "d"]
 
     def __init__(self, throughput: "ThroughputModel | None" = None):
         self.throughput = throughput
@@ -132,6 +132,7 @@ class JobTable:
             js.held_gpu_seconds, s.iterations, js.progress,
             js.node_seconds / js.run_time if js.run_time > 0 else np.nan,
             s.model, s.extra.get("profile"), throughput.served_by(s) if throughput is not None else None,
+            js.fee,
         )
 
     def frame(self) -> pd.DataFrame:
@@ -261,6 +262,8 @@ def summarize(jobs: pd.DataFrame, tl: pd.DataFrame, cluster: Cluster, end_time: 
         "gpu_utilization": _integral(tl, "busy_gpus", end_time) / cap if cap > 0 else float("nan"),
         "gpu_allocated": _integral(tl, "used_gpus", end_time) / cap if cap > 0 else float("nan"),
         "held_gpu_hours": float(jobs["held_gpu_seconds"].sum()) / 3600.0,
+        # USD: GPU-hours × the nodes' prices (0 on a cluster without prices)
+        "total_fee": float(jobs["fee"].sum()),
         # how spread out jobs ran (time-weighted nodes per running job, 1.0 = always one node)
         "mean_nodes_spanned": float(jobs["mean_nodes"].mean()) if jobs["mean_nodes"].notna().any() else float("nan"),
         "restarts": int(jobs["restarts"].sum()),
