@@ -10,7 +10,6 @@ the window offers `load` on the cluster (`traces.load.offered_load`, under Gavel
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -68,15 +67,13 @@ def scenario(name: str | Scenario) -> Scenario:
 
 
 def build(which: str | Scenario, seed: int, horizon_s: float) -> tuple[Cluster, list[NodeEvent]]:
-    """The scenario's cluster with its static speed factors (and per-node prices, where the Cluster
-    has a `price` field) and its speed events over (0, horizon_s); one seed, one draw."""
+    """The scenario's cluster with its static speed factors and per-node prices (`prices`), and its
+    speed events over (0, horizon_s); one seed, one draw."""
     sc = scenario(which)
     base = load_cluster(sc.preset)
     rng = np.random.default_rng(seed)
     factors = sc.variability.static_factors(base, rng)
-    fields = {f.name for f in dataclasses.fields(Cluster)}
-    extra = {"price": node_prices(base)} if "price" in fields else {}
-    cluster = replace(base, speed=factors, memo={}, **extra)
+    cluster = replace(base, speed=factors, price=node_prices(base), memo={})
     return cluster, sc.variability.events(cluster, factors, horizon_s, rng)
 
 
