@@ -115,8 +115,9 @@ def test_stragglers_slow_nodes_by_their_band_and_recover() -> None:
     assert sum(1 for e in ev if e.speed == 1.0) > 0.8 * len(slow)  # they recover
     f = factors_at(ev, static, np.linspace(0, 10 * DAY, 2001))
     frac = float((f < 1).mean())
-    # P(slowed) ~ rate x mean duration = (1/day) x (14400-1800)/ln 8 s ~ 0.1
-    assert 0.05 < frac < 0.2, frac
+    # P(slowed) ~ 1 - exp(-rate x mean duration), mean duration (14400-1800)/ln 8 = 6,059 s: 0.068
+    print(f"fraction of time a node straggles: {frac:.3f}")
+    assert 0.045 < frac < 0.095, frac
 
 
 def test_cov_across_workers_in_pai_band() -> None:
