@@ -18,8 +18,8 @@ only where the per-node factors come from — a `SpeedEstimate`:
 `SpeedAwarePlacement` builds a few candidates and scores each with `predicted_rate`: the best
 single node of each GPU type that fits the whole job, and per GPU type a greedy multi-node fill in
 decreasing per-node score (a job never mixes types: it would run at the slower type's pace).
-Candidates of equal objective are told apart by fewer nodes, then by their order (single nodes by
-best fit, lowest index), so on a homogeneous cluster with no estimates it consolidates like `Pack`.
+Candidates of equal objective are told apart by fewer nodes, then best fit (fewest GPUs left on
+their nodes), then the lowest node index, so on a homogeneous cluster with no estimates it consolidates like `Pack`.
 All per-node work is NumPy over the nodes; the Python loops run over GPU types and candidates.
 """
 
@@ -210,9 +210,13 @@ class SpeedAwarePlacement:
             return None
         objs = np.array([self.objective(cluster, spec, a, tn) for a, tn in cands])
         top = objs.max()
-        best = min((i for i in range(len(cands)) if objs[i] >= top - _TIE * abs(top)),
-                   key=lambda i: (cands[i][0].num_nodes, i))
-        return cands[best][0]
+
+        def tie(i: int) -> tuple[int, float, int]:  # fewer nodes, then best fit, then lowest index
+            a = cands[i][0]
+            left = float(avail[list(a.nodes), GPU].sum()) - total[GPU]
+            return a.num_nodes, left, a.nodes[0]
+
+        return cands[min((i for i in range(len(cands)) if objs[i] >= top - _TIE * abs(top)), key=tie)][0]
 
     @staticmethod
     def _greedy(avail: np.ndarray, of_type: np.ndarray, w_fit: np.ndarray, score: np.ndarray, wd: np.ndarray,
