@@ -255,3 +255,27 @@ def test_every_hetero_baseline_runs_a_workload_to_completion(name):
     homo = Cluster.homogeneous("homo", nodes=4, gpus=4, cpus=16, mem=64)
     res = simulate(jobs, homo, make_policy(name), TypeRate(), SimConfig())
     assert set(res.jobs.status) == {"done"}
+
+
+class NoSlow(TypeRate):
+    """No progress at all on the slow type (as Gavel's K80 column has for ResNet-50 batch 128)."""
+
+    def rate(self, spec, alloc, cluster):
+        return 0.0 if any(str(cluster.gpu_type[n]) == "slow" for n in alloc.nodes) else super().rate(spec, alloc, cluster)
+
+
+def test_a_job_waits_rather_than_run_where_the_profile_says_it_makes_no_progress():
+    c = hetero()
+    free = c.capacity.copy()
+    free[2:, 0] = 0.0  # only slow GPUs free
+    assert placed(SpeedAwarePlacement(), c, free, job(0), profile=NoSlow()) is None
+    assert placed(SpeedAwarePlacement(), c, c.capacity.copy(), job(0), profile=NoSlow()).nodes[0] in (2, 3)
+
+
+def test_resolution_makes_near_equal_machines_tie_so_best_fit_decides():
+    c = hetero(slow=0, fast=2)
+    free = c.capacity.copy()
+    free[1, 0] = 1.0  # node 1 is the best fit
+    est = Fixed([1.0, 0.97], [0.0, 0.0])
+    assert placed(SpeedAwarePlacement(estimate=est), c, free, job(0)).nodes == (0,)
+    assert placed(SpeedAwarePlacement(estimate=est, resolution=0.1), c, free, job(0)).nodes == (1,)

@@ -99,6 +99,10 @@ class SpeedAwarePlacement:
     estimate: SpeedEstimate | None = None
     risk: float = 0.0
     per_dollar: bool = False
+    # planned factors are rounded to multiples of this (0: not rounded): machines a few % apart then
+    # tie, and ties go to fewer nodes and best fit, so small noise does not fragment the cluster
+    # (PAL likewise groups machines into a few performance classes)
+    resolution: float = 0.0
     _profile: ThroughputModel | None = field(default=None, init=False, repr=False)
     _now: float = field(default=0.0, init=False, repr=False)
     _planned: np.ndarray | None = field(default=None, init=False, repr=False)
@@ -110,6 +114,8 @@ class SpeedAwarePlacement:
     def __post_init__(self) -> None:
         if not self.risk >= 0:
             raise ValueError(f"risk must be >= 0, got {self.risk}")
+        if not self.resolution >= 0:
+            raise ValueError(f"resolution must be >= 0, got {self.resolution}")
 
     # ------------------------------------------------------------------ Observer / Resets
     def observe(self, snap: Snapshot) -> None:
@@ -131,7 +137,10 @@ class SpeedAwarePlacement:
                 p = np.ones(cluster.num_nodes)
             else:
                 mean, sd = self.estimate.speeds(self._now, cluster)
-                p = np.maximum(np.asarray(mean, dtype=float) - self.risk * np.asarray(sd, dtype=float), _MIN_FACTOR)
+                p = np.asarray(mean, dtype=float) - self.risk * np.asarray(sd, dtype=float)
+                if self.resolution > 0:
+                    p = np.round(p / self.resolution) * self.resolution
+                p = np.maximum(p, _MIN_FACTOR)
             self._planned = p
         return p
 
@@ -210,6 +219,8 @@ class SpeedAwarePlacement:
             return None
         objs = np.array([self.objective(cluster, spec, a, tn) for a, tn in cands])
         top = objs.max()
+        if not top > 0:  # the profile says the job makes no progress on any candidate: wait
+            return None
 
         def tie(i: int) -> tuple[int, float, int]:  # fewer nodes, then best fit, then lowest index
             a = cands[i][0]
