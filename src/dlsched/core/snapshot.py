@@ -76,7 +76,8 @@ class JobState:
     fee_rate: float = 0.0  # USD per second the current allocation costs (its GPUs × their nodes' prices)
     # node -> speed factor the job's workers there measure (per-worker step time against the
     # type-level profile, as PAI's per-worker mini-batch times give): set by the simulator at each
-    # run and speed change; None where nothing measures it (the live backends do not report it yet)
+    # run and speed change, kept after the run ends (what its last run measured); None where
+    # nothing measured it (the live backends do not report it yet)
     node_speeds: dict[int, float] | None = None
     _progress: float = 0.0
     _attained: float = 0.0

@@ -170,8 +170,8 @@ class ClusterState:
             js.allocation = None
             js.alloc_gpus = 0.0
             js.alloc_nodes = 0
-            js.fee_rate = 0.0
-            js.node_speeds = None
+            js.fee_rate = 0.0  # node_speeds stay: what its last run measured (speed estimators read
+            # them from `finished`/`stopped`, or a run that began and ended between two calls is lost)
             js.rate = 0.0
             js.version += 1
         self._drop_hold(js)

@@ -26,6 +26,10 @@ POLICIES: dict[str, tuple[str, str, str]] = {
     "qos": ("dlsched.policies.qos", "qos", "QoS deadline framework: EDF + feasibility + predictive autoscaling"),
     "edf": ("dlsched.policies.edf", "edf", "earliest deadline first at requested sizes, no autoscaling"),
     "kube-autoscale": ("dlsched.policies.qos", "kube_autoscale", "arrival order, spreading, with the QoS autoscaler"),
+    "tiresias-ll": ("dlsched.policies.tiresias", "tiresias_ll", "Tiresias ordering, least-loaded placement (heterogeneity-blind)"),
+    "tiresias-random": ("dlsched.policies.hetero_random", "random_place", "Tiresias ordering, random placement (seeded per run)"),
+    "gavel-style": ("dlsched.policies.gavel_style", "gavel_style", "Tiresias ordering, placement by per-GPU-type throughput (Gavel-lite; optionally per dollar)"),
+    "pal-style": ("dlsched.policies.pal_style", "pal_style", "Tiresias ordering, placement by type throughput x measured machine speed (PAL-like)"),
 }
 
 #: Policies that decide by job utility: a comparison including one gives every job without a
@@ -37,6 +41,8 @@ UTILITY_DRIVEN: frozenset[str] = frozenset({"oasis", "rrh"})
 BASELINES: tuple[str, ...] = ("fifo", "srtf", "drf", "tiresias", "optimus", "kube-default")
 #: The published systems, each a policy over the same core (Dual-Agent is still to come).
 PUBLISHED: tuple[str, ...] = ("dragon", "qos", "oasis", "dl2")
+#: Placement baselines for heterogeneous, fluctuating clusters: one ordering (Tiresias), four placements.
+HETERO_BASELINES: tuple[str, ...] = ("tiresias-ll", "tiresias-random", "gavel-style", "pal-style")
 #: What `dlsched simulate` compares when no policy is named: the published systems next to the baselines.
 DEFAULT_POLICIES: tuple[str, ...] = BASELINES + PUBLISHED
 

@@ -29,6 +29,10 @@ Cost: the queues are an `MLFQ` index kept across calls and changed by the snapsh
 (free plus what lower priorities hold) and realises them with the shared `Realiser`; a round in
 which no line's smallest job could fit skips the realiser altogether (`_may_start`). The next
 threshold crossing or promotion is `plan.wake_at`, so no periodic tick is needed.
+
+Any Placement phase can be given (the heterogeneity baselines differ only there): one that is an
+`Observer` is told every snapshot before the walk (speed-aware placements learn machine speeds),
+one that `Resets` is reset before each run (with the run's seed if it says `takes_seed`).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import heapq
 from dlsched.core.cluster import GPU, Cluster
 from dlsched.core.errors import ConfigError
 from dlsched.core.plan import Plan
-from dlsched.core.policy import Placement, Policy
+from dlsched.core.policy import Named, Observer, Placement, Policy, Resets
 from dlsched.core.snapshot import JobState, Snapshot
 from dlsched.policies.phases.placement import PLACEMENTS
 from dlsched.policies.phases.queues import MLFQ, Entry
@@ -64,9 +68,17 @@ class Tiresias(Policy):
         self.index = MLFQ(self.thresholds)
         self._promote: list[tuple[float, int, str, int]] = []  # (time, job index, job id, token)
         self.demotions = self.promotions = 0
+        p = self.placement
+        if isinstance(p, Resets):  # a placement with state (speed estimates, a random stream)
+            if getattr(p, "takes_seed", False):  # a seeded one gets the run's seed
+                p.reset(seed=seed)
+            else:
+                p.reset()
 
     def schedule(self, snap: Snapshot) -> Plan:
         now, idx = snap.now, self.index
+        if isinstance(self.placement, Observer):  # told every call, before any placement
+            self.placement.observe(snap)
         for e in idx.follow(snap):  # stopped without our plan: heads its line, may starve
             self._starve(e, now)
         self.demotions += idx.demote_due(now)
@@ -173,3 +185,8 @@ def tiresias(
     if placement not in PLACEMENTS:
         raise ConfigError(f"unknown placement {placement!r}; known: {', '.join(PLACEMENTS)}")
     return Tiresias(tuple(thresholds), promote_knob, PLACEMENTS[placement])
+
+
+def tiresias_ll(thresholds: tuple[float, ...] = (3250.0, 7200.0, 18000.0), promote_knob: float = 8.0) -> Policy:
+    """Tiresias ordering with DL2's least-loaded placement: a heterogeneity-blind baseline."""
+    return Named(tiresias(thresholds, promote_knob, placement="least-loaded"), "tiresias-ll")
