@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from dlsched.cli_support import console, err_console, friendly
 
-train_app = typer.Typer(help="Train learned schedulers (DL2).", add_completion=False,
+train_app = typer.Typer(help="Train learned schedulers (DL2, Dual-Agent-style).", add_completion=False,
                         pretty_exceptions_enable=False, no_args_is_help=True)
 
 
@@ -88,3 +88,69 @@ def train_dl2_cmd(
     console.print(f"trained in {meta['training_seconds'] / 60:.1f} min; best validation mean JCT "
                   f"{meta['best_validation_jct_s'] / cfg.slot_seconds:.2f} slots")
     console.print(f"model: [bold]{out / 'model.pt'}[/] (use: dlsched compare ... --policies dl2 with policy option model=PATH)")
+
+
+@train_app.command("dual-agent")
+@friendly
+def train_dual_agent_cmd(
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for model.pt, checkpoint.pt and validation.csv. "
+                                       "Default: dual-agent-training, or the first dual-agent-training-N that is empty; "
+                                       "--resume continues in the folder given."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML with DualAgentTrainConfig keys (variant, scenarios, "
+                                          "jobs, warm-up, PPO iterations, fee_weight, seeds...)."),
+    variant: Optional[str] = typer.Option(None, "--variant", help="Override the config's variant: full, no-comm, no-gp, "
+                                          "static-gp, ordering-only, placement-only."),
+    rl_iterations: Optional[int] = typer.Option(None, "--rl-iterations", help="Override the PPO iterations (0: warm-up only)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from OUT/checkpoint.pt (same config required)."),
+    traces: Optional[Path] = typer.Option(None, "--traces", help="Shared traces folder (Gavel's throughput matrix and "
+                                          "Philly-derived jobs). Default: $DLSCHED_TRACES, else ../shared/traces beside the checkout."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Train afresh in an --out folder that already holds files."),
+) -> None:
+    """Train a Dual-Agent-style scheduler: the teachers' decisions imitated (continuous Tiresias
+    ordering, the GP's fastest-machine placement), then MAPPO-style joint training of the ordering
+    and placement agents with one shared critic, on seeded heterogeneous, fluctuating clusters
+    (docs/DUAL_AGENT.md). Validated on held-out seeds; the best network is kept. Resumable."""
+    import os
+
+    from pydantic import ValidationError
+
+    from dlsched.config import read_yaml_model, validation_problems
+    from dlsched.core.errors import ConfigError
+    from dlsched.output_folder import OutputFolder, check_writable_folder
+    from dlsched.paths import traces_dir
+    from dlsched.rl.dual_agent_config import DualAgentTrainConfig
+    from dlsched.rl.train_dual_agent import train
+
+    cfg = read_yaml_model(config, DualAgentTrainConfig, "Dual-Agent training config") if config else DualAgentTrainConfig()
+    updates = {k: v for k, v in (("variant", variant), ("rl_iterations", rl_iterations)) if v is not None}
+    if updates:
+        try:
+            cfg = DualAgentTrainConfig(**{**cfg.model_dump(), **updates})
+        except ValidationError as exc:
+            raise ConfigError("; ".join(validation_problems(exc))) from None
+    root = traces_dir(traces)
+    if root is None:
+        raise ConfigError("training needs the shared traces (Gavel's throughput matrix and jobs): pass --traces or "
+                          "set DLSCHED_TRACES")
+    os.environ["DLSCHED_TRACES"] = str(root)
+    if resume:
+        out = out or Path("dual-agent-training")
+        check_writable_folder(out)
+    else:
+        out, moved = OutputFolder(out, "dual-agent-training", overwrite).claim()
+        if moved:
+            console.print(f"[bold]output[/] {moved}", highlight=False, soft_wrap=True)
+    with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
+                  TimeElapsedColumn(), console=err_console) as bar:
+        tasks: dict[str, int] = {}
+
+        def progress(phase: str, done: int, total: int, note: str) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(phase, total=total, note="")
+            bar.update(tasks[phase], completed=done, note=note)
+
+        meta = train(cfg, out, resume=resume, progress=progress)
+    console.print(f"trained {cfg.variant!r} in {meta['training_seconds'] / 60:.1f} min; validation score (mean JCT h + "
+                  f"fee_weight × fee per job) {meta['best_validation']:.3f}, warm-up {meta['warmup_validation']:.3f}")
+    console.print(f"model: [bold]{out / 'model.pt'}[/] (use: dlsched compare ... -p dual-agent with policy options "
+                  f"variant={cfg.variant} model=PATH)")

@@ -14,7 +14,8 @@ as the sum of
   Its kernel over time is sd²·exp(−|Δt|/τ), which is Markov, so the separable GP is a linear
   Gaussian state-space model and exact inference is a Kalman filter over [static; dynamic].
 
-Observations: what running jobs' workers measure on their nodes (`JobState.node_speeds`), each
+Observations: what jobs' workers measured on their nodes (`JobState.node_speeds` of the running
+jobs and of those that finished or stopped since the last call), each
 `y = log factor` with noise `sd_noise`, taken at most once per `every_s` per machine (repeated
 reads of one unchanged measurement are not independent evidence).
 
@@ -130,7 +131,7 @@ class RWOUGP:
         if self._cluster is not snap.cluster:
             self._setup(snap.cluster, snap.now)
         seen: dict[int, float] = {}
-        for job in snap.running:
+        for job in (*snap.running, *snap.finished, *snap.stopped):  # a run may begin and end between calls
             if job.node_speeds:
                 for node, f in job.node_speeds.items():
                     last = self._last_seen.get(node)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dlsched.core.allocation import Allocation
 from dlsched.core.cluster import GPU, Cluster
 from dlsched.core.errors import ConfigError, did_you_mean
 from dlsched.core.job import JobSpec
@@ -96,6 +97,23 @@ def _capped(spec: JobSpec, cap: int) -> JobSpec:
                    extra={**spec.extra, "workers_capped_from": spec.num_workers})
 
 
+#: Longest job of an episode, in hours of work on its fastest GPU type at its requested size.
+MAX_JOB_HOURS = 24.0
+
+
+def _shortened(spec: JobSpec, cluster: Cluster, throughput, hours: float) -> JobSpec:
+    """`spec` with at most `hours` of work on its fastest GPU type (one node of it, as profiled)."""
+    reps: dict[str, int] = {}
+    for i, t in enumerate(cluster.gpu_type.tolist()):
+        reps.setdefault(str(t), i)
+    best = max(throughput.rate(spec, Allocation.single_node(n, spec.num_workers, spec.num_ps), cluster)
+               for n in reps.values())
+    if not best > 0 or spec.iterations <= best * hours * 3600.0:
+        return spec
+    return replace(spec, iterations=best * hours * 3600.0,
+                   extra={**spec.extra, "work_capped_from": spec.iterations})
+
+
 def workload(
     which: str | Scenario,
     cluster: Cluster,
@@ -105,6 +123,7 @@ def workload(
     *,
     vc: str | None = None,
     traces: str | Path | None = None,
+    max_hours: float | None = MAX_JOB_HOURS,
 ) -> list[JobSpec]:
     """`jobs` consecutive jobs of one Gavel per-VC trace, arrivals rescaled to offer `load`.
 
@@ -112,6 +131,10 @@ def workload(
       traces with at least `jobs` jobs, and so is the window's first job.
     - Workers are capped at what the whole cluster holds (a job may span GPU types; it then runs at
       the pace of its slowest GPU), the original count kept in `extra["workers_capped_from"]`.
+    - A job whose work would take more than `max_hours` on its fastest GPU type at its size (Gavel's
+      Philly-derived step counts reach thousands of GPU-hours: one such job makes a 120-job
+      episode last months) does `max_hours` of it; the original count is kept in
+      `extra["work_capped_from"]`. None keeps every job's work.
     - Arrivals start at 0 and are stretched or compressed by one factor so that the offered load on
       `cluster` (`traces.load.offered_load` under the default throughput models: Gavel's matrix,
       nominal speeds) is `load` (default: the scenario's).
@@ -151,6 +174,8 @@ def workload(
     t0 = window[0].submit_time
     window = [_capped(replace(j, submit_time=j.submit_time - t0), cap) for j in window]
     throughput = default_throughput(root)
+    if max_hours is not None:
+        window = [_shortened(j, cluster, throughput, max_hours) for j in window]
     offered = offered_load(window, cluster, throughput)
     if not np.isfinite(offered.load) or offered.load <= 0:
         raise ConfigError(f"cannot scale {path.stem} jobs {first}..{first + jobs - 1} to a load: {offered.describe()}")

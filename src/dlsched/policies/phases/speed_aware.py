@@ -17,7 +17,8 @@ only where the per-node factors come from — a `SpeedEstimate`:
 
 `SpeedAwarePlacement` builds a few candidates and scores each with `predicted_rate`: the best
 single node of each GPU type that fits the whole job, and per GPU type a greedy multi-node fill in
-decreasing per-node score (a job never mixes types: it would run at the slower type's pace).
+decreasing per-node score (a job mixes types only when no one type can take it: it would run at
+the slower type's pace).
 Candidates of equal objective are told apart by fewer nodes, then best fit (fewest GPUs left on
 their nodes), then the lowest node index, so on a homogeneous cluster with no estimates it consolidates like `Pack`.
 All per-node work is NumPy over the nodes; the Python loops run over GPU types and candidates.
@@ -215,6 +216,10 @@ class SpeedAwarePlacement:
                 alloc = self._greedy(avail, of_type, w_fit, score, wd, pd, workers, ps, mask)
                 if alloc is not None and alloc.num_nodes > 1:
                     cands.append((alloc, tname))
+        if not cands and workers + ps > 1:  # no one type can take it: across types, at the slowest one's pace
+            alloc = self._greedy(avail, np.ones(len(avail), dtype=bool), w_fit, score, wd, pd, workers, ps, mask)
+            if alloc is not None:
+                cands.append((alloc, "+".join(sorted({str(names[tidx[n]]) for n in alloc.nodes}))))
         if not cands:
             return None
         objs = np.array([self.objective(cluster, spec, a, tn) for a, tn in cands])

@@ -1,0 +1,185 @@
+"""Dual-Agent-style scheduling (after Xing et al., KDD 2023: "A Dual-Agent Scheduler for
+Distributed Deep Learning Jobs on Public Cloud via Reinforcement Learning"). Only the paper's
+abstract is public; this is our design from it (docs/DUAL_AGENT.md says which choices are ours),
+never a reproduction of its numbers.
+
+Two cooperating agents decide at every arrival, completion and machine-speed change, and every
+6 minutes:
+- the ordering agent (`rl.dual_agent_net`, SC-pool) scores every job in the system — running and
+  waiting — from what it has received (attained GPU-seconds, waiting and run time, GPUs asked),
+  the squeezed context of all jobs and the placement agent's message (its machine encodings, and
+  per job the speed and price of the best machine it could get now);
+- the placement agent (`phases.agent_placement`) places each job, in that order, on machines it
+  picks from the RW-OU GP's estimate of every machine's speed and its uncertainty
+  (`estimators.rwgp`), told the ordering agent's message for the job.
+The shared realiser turns the order into allocations with minimal preemption (a running job stops
+only when that lets a higher-ranked one start), so jobs are rigid, at their requested size.
+
+Variants (`VARIANTS`, each its own trained model): the full policy, the ablations (no
+communication; no GP: every machine at its type's profile speed; no fluctuation-awareness: a static
+GP), and the single-agent baselines (ordering only, over Gavel-style placement; placement only,
+under Tiresias' ordering).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dlsched.core.cluster import Cluster
+from dlsched.core.errors import ConfigError
+from dlsched.core.plan import Plan
+from dlsched.core.policy import Named, Observer, Policy, Resets
+from dlsched.core.snapshot import Snapshot
+from dlsched.estimators.rwgp import RWOUGP
+from dlsched.policies.phases.agent_placement import AgentPlacement
+from dlsched.policies.phases.realise import realise
+from dlsched.policies.phases.speed_aware import SpeedAwarePlacement
+from dlsched.policies.tiresias import Tiresias
+from dlsched.rl.dual_agent_features import TIRESIAS_THRESHOLDS, global_features, job_features, machine_features, teacher_scores
+from dlsched.rl.dual_agent_net import DualAgentNet
+from dlsched.rl.dual_agent_trajectory import Trajectory
+
+_DATA = Path(__file__).resolve().parent.parent / "data"
+#: variant -> (shipped model file, what it is)
+VARIANTS: dict[str, str] = {
+    "full": "ordering agent + placement agent with the RW-OU GP, communicating",
+    "no-comm": "ablation: the agents send no messages",
+    "no-gp": "ablation: no machine-speed model (every machine at its GPU type's profile speed)",
+    "static-gp": "ablation: no fluctuation-awareness (the GP without its time-varying part)",
+    "ordering-only": "single agent: learned ordering over Gavel-style placement",
+    "placement-only": "single agent: learned placement under Tiresias' ordering",
+}
+DECISION_INTERVAL = 360.0
+
+
+def model_path(variant: str) -> Path:
+    return _DATA / f"dual_agent_{variant.replace('-', '_')}.pt"
+
+
+def estimate_for(variant: str) -> RWOUGP | None:
+    """The machine-speed model each variant's placement agent uses."""
+    if variant == "no-gp":
+        return None
+    return RWOUGP(fluctuating=variant != "static-gp")
+
+
+class DualAgent(Policy):
+    """The ordering agent over a placement phase (the placement agent, or a heuristic)."""
+
+    on_events = True
+    interval = DECISION_INTERVAL
+
+    def __init__(self, net: DualAgentNet, placement, mode: str = "greedy", trajectory: Trajectory | None = None,
+                 name: str = "dual-agent", notes: str = ""):
+        self.net, self.placement, self.mode, self.trajectory = net, placement, mode, trajectory
+        self.name, self.notes = name, notes
+        self.rng = np.random.default_rng(0)
+        self._last = -1.0
+
+    def reset(self, cluster: Cluster, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self._last = -1.0
+        if isinstance(self.placement, Resets):
+            self.placement.reset()
+        if isinstance(self.placement, AgentPlacement):
+            self.placement.seed(seed + 1)
+
+    def schedule(self, snap: Snapshot) -> Plan:
+        agent = self.placement if isinstance(self.placement, AgentPlacement) else None
+        if isinstance(self.placement, Observer):
+            self.placement.observe(snap)
+        jobs = [*snap.running, *snap.pending]
+        if not jobs:
+            return Plan()
+        step = agent.step if agent is not None else self._begin(snap)
+        speed, price = np.zeros(len(jobs)), np.zeros(len(jobs))
+        if agent is not None and self.net.communicate:
+            free = np.asarray(snap.free)
+            for i, j in enumerate(jobs):
+                speed[i], price[i] = (agent.running_speed(j.spec, j.allocation) if j.allocation is not None
+                                      else agent.predicted(j.spec, free))
+        jfeat = job_features(snap, jobs, speed, price)
+        with torch.no_grad():
+            msg = agent.msg if agent is not None else torch.zeros(2 * self.net.hidden)
+            scores, hid, _ = self.net.order(torch.from_numpy(jfeat), msg)
+        scores = scores.numpy()
+        teacher = teacher_scores(jobs)
+        if self.mode == "teacher":
+            action = teacher
+        elif self.mode == "sample":
+            action = scores + float(self.net.log_std.detach().exp()) * self.rng.standard_normal(len(jobs))
+        else:
+            action = scores
+        order = np.argsort(-action, kind="stable")
+        if agent is not None:
+            agent.messages = {jobs[i].job_id: (int(i), hid[i]) for i in range(len(jobs))}
+        allocations = realise(snap, ((jobs[i], jobs[i].spec.num_workers, jobs[i].spec.num_ps) for i in order),
+                              self.placement, preempt="minimal")
+        if step is not None:
+            step.jobs, step.order_action, step.order_teacher = jfeat, action, teacher
+            step.picks = {k: v for k, v in step.picks.items() if k in allocations}  # placements that stood
+            step.acted = bool(step.picks) or any(
+                (j.allocation is None) == (j.job_id in allocations) for j in jobs)  # a start or a stop
+        return Plan(allocations=allocations)
+
+    def _begin(self, snap: Snapshot):
+        """The trajectory's step of this decision when no placement agent opened it (ordering only)."""
+        if self.trajectory is None:
+            return None
+        c = snap.cluster
+        zeros = np.zeros(c.num_nodes)
+        free = np.asarray(snap.free)
+        since = snap.now - self._last if self._last >= 0 else 0.0
+        self._last = snap.now
+        return self.trajectory.begin(snap, machine_features(snap, zeros, zeros, free),
+                                     global_features(snap, zeros, zeros, free, since))
+
+
+def load(path: Path) -> tuple[DualAgentNet, dict]:
+    """The network saved at `path` and its meta (variant, training record)."""
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+        net = DualAgentNet(**blob["config"])
+        net.load_state_dict(blob["state_dict"])
+    except FileNotFoundError:
+        raise
+    except Exception as exc:
+        raise ConfigError(f"{path}: not a Dual-Agent-style model saved by dlsched ({exc})") from None
+    return net.eval(), blob.get("meta", {})
+
+
+def save(net: DualAgentNet, path: Path, meta: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"config": net.config(), "state_dict": net.state_dict(), "meta": meta}, path)
+
+
+def build(variant: str, net: DualAgentNet, mode: str = "greedy", trajectory: Trajectory | None = None,
+          name: str | None = None) -> Policy:
+    """The policy of a variant around `net` (trained or being trained)."""
+    if variant not in VARIANTS:
+        raise ConfigError(f"unknown dual-agent variant {variant!r}; known: {', '.join(VARIANTS)}")
+    label = name or ("dual-agent" if variant == "full" else f"dual-agent-{variant}")
+    if variant == "ordering-only":
+        return DualAgent(net, SpeedAwarePlacement("gavel-style"), mode, trajectory, label)
+    placement = AgentPlacement(net, estimate_for(variant), mode, trajectory)
+    if variant == "placement-only":  # Tiresias' own ordering over the placement agent
+        return Named(Tiresias(TIRESIAS_THRESHOLDS, 8.0, placement), label)
+    return DualAgent(net, placement, mode, trajectory, label)
+
+
+def dual_agent(variant: str = "full", model: str | None = None) -> Policy:
+    """A trained Dual-Agent-style variant (`VARIANTS`): the shipped model, or `model` (a file
+    written by `dlsched train dual-agent`)."""
+    if variant not in VARIANTS:
+        raise ConfigError(f"unknown dual-agent variant {variant!r}; known: {', '.join(VARIANTS)}")
+    path = Path(model) if model else model_path(variant)
+    try:
+        net, meta = load(path)
+    except FileNotFoundError:
+        raise ConfigError(f"no Dual-Agent-style model at {path}: train one with `dlsched train dual-agent`") from None
+    if meta.get("variant", variant) != variant:
+        raise ConfigError(f"{path} was trained as variant {meta.get('variant')!r}, not {variant!r}")
+    return build(variant, net)

@@ -1,0 +1,160 @@
+"""The Dual-Agent-style placement agent as a Placement phase: machines picked one at a time by a
+pointer network over the machines' predicted speeds (see `rl.dual_agent_net`).
+
+It is a phase like any other (the realiser calls `place`), so it serves under the ordering agent
+(`policies.dual_agent`) and under Tiresias' ordering (the placement-only single-agent baseline).
+Each decision it is told what the snapshot shows (`observe`): the machine-speed estimate learns
+from what running jobs' workers measured (the RW-OU GP, or nothing: every machine at its type's
+profile speed), and the machines are encoded once for all of the decision's placements.
+
+A job's workers go to the picked machine as far as they fit, then to the next pick among machines
+of the same GPU type while one has room (a synchronous job runs at its slowest machine: mixing
+types only slows it);
+parameter servers go to the job's machines first, else wherever they fit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from dlsched.core.allocation import Allocation
+from dlsched.core.cluster import Cluster
+from dlsched.core.job import JobSpec
+from dlsched.core.snapshot import Snapshot
+from dlsched.framework.packing import fit_count
+from dlsched.rl.dual_agent_features import (
+    Affinity, global_features, machine_features, pick_features, teacher_pick, worker_room,
+)
+from dlsched.rl.dual_agent_net import DualAgentNet
+from dlsched.rl.dual_agent_trajectory import Pick, Step, Trajectory
+
+MODES = ("greedy", "sample", "teacher")
+
+
+class AgentPlacement:
+    """Placement phase (and Observer, Resets) driven by `net`'s placement head."""
+
+    name = "placement-agent"
+
+    def __init__(self, net: DualAgentNet, estimate=None, mode: str = "greedy", trajectory: Trajectory | None = None):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        self.net, self.estimate, self.mode, self.trajectory = net, estimate, mode, trajectory
+        self.rng = np.random.default_rng(0)
+        self.reset()
+
+    def reset(self) -> None:
+        if self.estimate is not None:
+            self.estimate.reset()
+        self.affinity = Affinity()
+        self.messages: dict[str, tuple[int, torch.Tensor]] = {}  # job id -> (row, ordering agent's message)
+        self.step: Step | None = None
+        self._last = -1.0
+
+    def seed(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    # ------------------------------------------------------------------ once per decision
+    def observe(self, snap: Snapshot) -> None:
+        c = snap.cluster
+        if self.estimate is not None:
+            self.estimate.observe(snap)
+            mean, sd = self.estimate.speeds(snap.now, c)
+            self.mu, self.sd = np.log(mean), np.asarray(sd, dtype=float)
+        else:
+            self.mu, self.sd = np.zeros(c.num_nodes), np.zeros(c.num_nodes)
+        self.snap, self.types = snap, np.array([str(t) for t in c.gpu_type.tolist()], dtype=object)
+        self.mfeat = machine_features(snap, self.mu, self.sd, np.asarray(snap.free))
+        with torch.no_grad():
+            self.menc, self.msg = self.net.machines(torch.from_numpy(self.mfeat))
+        self.messages = {}
+        if self.trajectory is not None:
+            since = snap.now - self._last if self._last >= 0 else 0.0
+            self.step = self.trajectory.begin(snap, self.mfeat, global_features(snap, self.mu, self.sd,
+                                                                               np.asarray(snap.free), since))
+        self._last = snap.now
+
+    def predicted(self, spec: JobSpec, free: np.ndarray) -> tuple[float, float]:
+        """The placement agent's word on a job for the ordering agent: the best relative speed a
+        machine with room offers it now (type affinity × planned speed) and that machine's price share."""
+        c = self.snap.cluster
+        score = self.affinity.of(self.snap.profile, spec, c) + self.mu - 0.5 * self.sd
+        ok = worker_room(free, spec, c) > 0
+        if not ok.any():
+            return 0.0, 0.0
+        i = int(np.argmax(np.where(ok, score, -np.inf)))
+        return float(np.exp(score[i])), float(self.mfeat[i, 4])
+
+    def running_speed(self, spec: JobSpec, alloc: Allocation) -> tuple[float, float]:
+        """The same for a running job on its own machines (its slowest one)."""
+        score = self.affinity.of(self.snap.profile, spec, self.snap.cluster) + self.mu - 0.5 * self.sd
+        nodes = list(alloc.nodes)
+        return float(np.exp(score[nodes].min())), float(self.mfeat[nodes, 4].max())
+
+    # ------------------------------------------------------------------ one job
+    def place(self, cluster: Cluster, free: np.ndarray, spec: JobSpec, workers: int, ps: int) -> Allocation | None:
+        aff = self.affinity.of(self.snap.profile, spec, cluster)
+        room = worker_room(free, spec, cluster)
+        chosen = np.zeros(cluster.num_nodes, dtype=bool)
+        row, msg = self.messages.get(spec.job_id, (-1, None))
+        if msg is None:
+            msg = torch.zeros(self.net.hidden)
+        pick = Pick(row)
+        have: dict[int, tuple[int, int]] = {}
+        remaining, first = workers, None
+        while remaining > 0:
+            mask = (room > 0) & ~chosen & np.isfinite(aff)
+            if first is not None and (mask & (self.types == first)).any():
+                mask &= self.types == first  # mixing types only when this one has no room left
+            if not mask.any():
+                return None
+            pf = pick_features(aff, room, remaining, chosen, first, self.types)
+            teach = teacher_pick(aff, self.mu, self.sd, room, remaining, mask)
+            a = teach if self.mode == "teacher" else self._choose(pf, msg, mask)
+            pick.features.append(pf)
+            pick.masks.append(mask)
+            pick.actions.append(a)
+            pick.teacher.append(teach)
+            k = int(min(room[a], remaining))
+            have[a] = (k, 0)
+            remaining -= k
+            chosen[a], first = True, self.types[a]
+        if ps > 0 and not self._place_ps(cluster, free, spec, have, ps):
+            return None
+        alloc = Allocation.of(have)
+        profile = self.snap.profile
+        if profile is not None and profile.supports(spec) and not profile.rate(spec, alloc, cluster) > 0:
+            return None  # the profile says it would make no progress there: it waits
+        if self.step is not None:
+            self.step.picks[spec.job_id] = pick
+            self.step.acted = True
+        return alloc
+
+    def _choose(self, pf: np.ndarray, msg: torch.Tensor, mask: np.ndarray) -> int:
+        with torch.no_grad():
+            logits = self.net.pick_logits(torch.from_numpy(pf), torch.from_numpy(self.mfeat), self.menc, msg,
+                                          torch.from_numpy(mask))
+        if self.mode == "greedy":
+            return int(torch.argmax(logits))
+        p = torch.softmax(logits, 0).numpy().astype(float)
+        return int(self.rng.choice(len(p), p=p / p.sum()))
+
+    @staticmethod
+    def _place_ps(cluster: Cluster, free: np.ndarray, spec: JobSpec, have: dict[int, tuple[int, int]], ps: int) -> bool:
+        room = free.copy()
+        wd, pd = np.asarray(spec.worker_demand, dtype=float), np.asarray(spec.ps_demand, dtype=float)
+        for n, (w, _) in have.items():
+            room[n] -= w * wd
+        fits = fit_count(room, pd)
+        order = list(have) + [int(i) for i in np.argsort(-fits, kind="stable") if int(i) not in have]
+        left = ps
+        for n in order:
+            k = int(min(fits[n], left))
+            if k > 0:
+                w, p = have.get(n, (0, 0))
+                have[n] = (w, p + k)
+                left -= k
+            if left == 0:
+                return True
+        return False

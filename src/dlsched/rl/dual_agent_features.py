@@ -1,0 +1,146 @@
+"""What the Dual-Agent-style agents see, and what their teachers would do (the warm-up's labels).
+
+Everything here is what a live system could know: a job's attained service, waiting and run time,
+its requested GPUs; the machines' free resources, prices and GPU types; the type-level profile
+(`Snapshot.profile`: a job's rate per GPU type at nominal machine speed, what Gavel-style
+profiling measures); and the machine-speed estimate (the RW-OU GP's posterior, or nothing). Never a
+job's total work.
+
+The teachers (the supervised warm-up imitates them before reinforcement learning starts):
+- ordering: continuous Tiresias 2D-LAS — the job's Tiresias queue (attained GPU-seconds against
+  3250 / 7200 / 18000), running jobs ahead within a queue, then first come first served;
+- placement: the machine with the best predicted speed for the job (type affinity × the
+  estimate's mean, less half its sd: a slow-looking machine that is also uncertain is avoided),
+  a whole-job fit worth 10% (a job spread over machines pays Gavel's unconsolidated penalty).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dlsched.core.allocation import Allocation
+from dlsched.core.cluster import GPU, Cluster
+from dlsched.core.job import JobSpec
+from dlsched.core.snapshot import JobState, Snapshot
+from dlsched.framework.packing import eligible, fit_count
+from dlsched.rl.dual_agent_net import GLOBAL_FEATURES, JOB_FEATURES, MACHINE_FEATURES, PICK_FEATURES
+
+TIRESIAS_THRESHOLDS = (3250.0, 7200.0, 18000.0)
+FIT_BONUS = 0.1  # the placement teacher's preference for one machine over several (log speed)
+RISK = 0.5  # the placement teacher plans with mean - RISK * sd of the log speed
+
+
+class Affinity:
+    """A job's speed on each GPU type relative to its best type, at its requested size, from the
+    type-level profile (1 everywhere without one), cached per (model, size, type)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple, float] = {}
+        self._cluster: Cluster | None = None
+        self._rep: dict[str, int] = {}
+
+    def of(self, profile, spec: JobSpec, cluster: Cluster) -> np.ndarray:
+        """(N,) log affinity of `spec` for each node's GPU type (0 = its best type)."""
+        if cluster is not self._cluster:
+            self._cluster, self._cache = cluster, {}
+            self._rep = {}
+            for i, t in enumerate(cluster.gpu_type.tolist()):
+                self._rep.setdefault(str(t), i)
+            self._types = np.array([str(t) for t in cluster.gpu_type.tolist()], dtype=object)
+        if profile is None:
+            return np.zeros(cluster.num_nodes)
+        rates = {}
+        for t, node in self._rep.items():
+            key = (spec.model, spec.arch, spec.num_workers, spec.num_ps, t)
+            if key not in self._cache:
+                try:  # at the job's own size, all on one machine of the type
+                    r = float(profile.rate(spec, Allocation.single_node(node, spec.num_workers, spec.num_ps), cluster))
+                except Exception:  # a model that cannot price this type: treat it as average
+                    r = float("nan")
+                self._cache[key] = r
+            rates[t] = self._cache[key]
+        finite = [r for r in rates.values() if math.isfinite(r) and r > 0]
+        best = max(finite) if finite else 1.0
+        # a type where the job makes no progress (Gavel measured ResNet-50 at batch 128 on 2+ K80s: 0)
+        # is -inf: never picked; one the profile cannot price is taken as 20x slower than the best
+        logs = {t: (math.log(r / best) if r > 0 else -math.inf) if math.isfinite(r) else -3.0
+                for t, r in rates.items()}
+        return np.array([logs[t] for t in self._types.tolist()])
+
+
+def worker_room(free: np.ndarray, spec: JobSpec, cluster: Cluster) -> np.ndarray:
+    """(N,) how many of the job's workers fit on each node now (0 on nodes of another type)."""
+    room = fit_count(free, np.asarray(spec.worker_demand, dtype=float)).astype(float)
+    mask = eligible(cluster, spec)
+    return room if mask is None else np.where(mask, room, 0.0)
+
+
+def machine_features(snap: Snapshot, mu: np.ndarray, sd: np.ndarray, free: np.ndarray) -> np.ndarray:
+    """(N, MACHINE_FEATURES): log speed mean and sd, free GPU share, size, price share, busy."""
+    c = snap.cluster
+    cap = c.capacity[:, GPU]
+    price = c.price if c.price is not None else np.zeros(c.num_nodes)
+    pmax = price.max() if price.max() > 0 else 1.0
+    frac = np.where(cap > 0, free[:, GPU] / np.maximum(cap, 1e-9), 0.0)
+    out = np.stack([mu, sd, frac, cap / 8.0, price / pmax, (free[:, GPU] < cap - 1e-9).astype(float)], 1)
+    assert out.shape[1] == MACHINE_FEATURES
+    return out.astype(np.float32)
+
+
+def pick_features(aff: np.ndarray, room: np.ndarray, remaining: int, chosen: np.ndarray,
+                  first_type: str | None, types: np.ndarray) -> np.ndarray:
+    """(N, PICK_FEATURES) for one pick: log type affinity, fits the rest, room share, chosen, same type."""
+    same = np.ones(len(room)) if first_type is None else (types == first_type).astype(float)
+    out = np.stack([np.maximum(aff, -3.0), (room >= remaining).astype(float), np.minimum(room / max(remaining, 1), 1.0),
+                    chosen.astype(float), same], 1)
+    assert out.shape[1] == PICK_FEATURES
+    return out.astype(np.float32)
+
+
+def teacher_pick(aff: np.ndarray, mu: np.ndarray, sd: np.ndarray, room: np.ndarray, remaining: int,
+                 mask: np.ndarray) -> int:
+    """The placement teacher's machine for one pick (see the module doc)."""
+    score = aff + mu - RISK * sd + FIT_BONUS * (room >= remaining) + 1e-3 * np.minimum(room, remaining)
+    return int(np.argmax(np.where(mask, score, -np.inf)))
+
+
+def tiresias_queue(job: JobState) -> int:
+    a = job.attained_service
+    return sum(a >= t for t in TIRESIAS_THRESHOLDS)
+
+
+def teacher_scores(jobs: list[JobState]) -> np.ndarray:
+    """Continuous Tiresias: queue first (lower is better), running ahead in a queue, then FIFO."""
+    if not jobs:
+        return np.zeros(0)
+    ranks = np.argsort(np.argsort([j.rank for j in jobs])) / max(len(jobs), 1)
+    return np.array([-float(tiresias_queue(j)) + 0.5 * (j.allocation is not None) - 0.4 * r
+                     for j, r in zip(jobs, ranks)])
+
+
+def job_features(snap: Snapshot, jobs: list[JobState], best_speed: np.ndarray, best_price: np.ndarray) -> np.ndarray:
+    """(J, JOB_FEATURES). The last two are the placement agent's word on each job: the predicted
+    relative speed it would get now and the price share of that machine (zeros without communication)."""
+    out = np.zeros((len(jobs), JOB_FEATURES), dtype=np.float32)
+    for i, j in enumerate(jobs):
+        out[i, :6] = (math.log1p(j.attained_service / 3600.0), math.log1p(j.waited / 3600.0),
+                      math.log1p(j.run_time / 3600.0), j.spec.gpus_requested / 8.0,
+                      float(j.allocation is not None), min(j.preemptions, 3) / 3.0)
+    out[:, 6] = best_speed
+    out[:, 7] = best_price
+    return out
+
+
+def global_features(snap: Snapshot, mu: np.ndarray, sd: np.ndarray, free: np.ndarray, since: float) -> np.ndarray:
+    """(GLOBAL_FEATURES,) for the critic."""
+    c = snap.cluster
+    cap = max(c.total_gpus, 1)
+    pend = snap.pending
+    att = np.mean([math.log1p(j.attained_service / 3600.0) for j in pend]) if pend else 0.0
+    need = sum(j.spec.gpus_requested for j in pend) / cap
+    out = np.array([len(pend) / 32.0, snap.num_running / 32.0, free[:, GPU].sum() / cap, mu.mean(), sd.mean(),
+                    att, min(need, 4.0), min(since / 3600.0, 4.0)], dtype=np.float32)
+    assert len(out) == GLOBAL_FEATURES
+    return out
