@@ -96,24 +96,25 @@ class DualAgent(Policy):
             return Plan()
         step = agent.step if agent is not None else self._begin(snap)
         speed, price = np.zeros(len(jobs)), np.zeros(len(jobs))
-        if agent is not None and self.net.communicate:
+        if agent is not None:
             free = np.asarray(snap.free)
             for i, j in enumerate(jobs):
                 speed[i], price[i] = (agent.running_speed(j.spec, j.allocation) if j.allocation is not None
                                       else agent.predicted(j.spec, free))
-        jfeat = job_features(snap, jobs, speed, price)
+        heard = self.net.communicate and agent is not None
+        jfeat = job_features(snap, jobs, speed if heard else 0 * speed, price if heard else 0 * price)
         with torch.no_grad():
             msg = agent.msg if agent is not None else torch.zeros(2 * self.net.hidden)
             scores, hid, _ = self.net.order(torch.from_numpy(jfeat), msg)
         scores = scores.numpy()
-        teacher = teacher_scores(jobs)
+        teacher = teacher_scores(jobs, speed if agent is not None else None, snap.now)
         if self.mode == "teacher":
             action = teacher
         elif self.mode == "sample":
             action = scores + float(self.net.log_std.detach().exp()) * self.rng.standard_normal(len(jobs))
         else:
             action = scores
-        order = np.argsort(-action, kind="stable")
+        order = [i for i in np.argsort(-action, kind="stable") if action[i] >= 0]  # below 0: it waits
         if agent is not None:
             agent.messages = {jobs[i].job_id: (int(i), hid[i]) for i in range(len(jobs))}
         allocations = realise(snap, ((jobs[i], jobs[i].spec.num_workers, jobs[i].spec.num_ps) for i in order),

@@ -8,7 +8,9 @@ job's total work.
 
 The teachers (the supervised warm-up imitates them before reinforcement learning starts):
 - ordering: continuous Tiresias 2D-LAS — the job's Tiresias queue (attained GPU-seconds against
-  3250 / 7200 / 18000), running jobs ahead within a queue, then first come first served;
+  3250 / 7200 / 18000), running jobs ahead within a queue, then first come first served — except
+  that a job the placement agent can only offer a poor machine now waits for a while (a score
+  below 0: not offered this decision);
 - placement: the machine with the best predicted speed for the job (type affinity × the
   estimate's mean, less half its sd: a slow-looking machine that is also uncertain is avoided),
   a whole-job fit worth 10% (a job spread over machines pays Gavel's unconsolidated penalty).
@@ -30,6 +32,8 @@ from dlsched.rl.dual_agent_net import GLOBAL_FEATURES, JOB_FEATURES, MACHINE_FEA
 TIRESIAS_THRESHOLDS = (3250.0, 7200.0, 18000.0)
 FIT_BONUS = 0.1  # the placement teacher's preference for one machine over several (log speed)
 RISK = 0.5  # the placement teacher plans with mean - RISK * sd of the log speed
+WAIT_BELOW = 0.6  # the ordering teacher holds back a job that would start below this share of its best speed
+MAX_WAIT_S = 8 * 3600.0  # ... for at most this long
 
 
 class Affinity:
@@ -111,13 +115,22 @@ def tiresias_queue(job: JobState) -> int:
     return sum(a >= t for t in TIRESIAS_THRESHOLDS)
 
 
-def teacher_scores(jobs: list[JobState]) -> np.ndarray:
-    """Continuous Tiresias: queue first (lower is better), running ahead in a queue, then FIFO."""
+def teacher_scores(jobs: list[JobState], speed: np.ndarray | None = None, now: float = 0.0) -> np.ndarray:
+    """Continuous Tiresias (queue first, lower is better; running ahead within a queue; then
+    first come first served), all >= 0: every job is offered. With the placement agent's word
+    (`speed`: the best relative speed a machine with room offers each job now), a waiting job that
+    could only start at less than WAIT_BELOW of its best speed scores -1 (it waits for a better
+    machine) until it has waited MAX_WAIT_S: starting ResNet-50 on a K80 costs it 7x."""
     if not jobs:
         return np.zeros(0)
     ranks = np.argsort(np.argsort([j.rank for j in jobs])) / max(len(jobs), 1)
-    return np.array([-float(tiresias_queue(j)) + 0.5 * (j.allocation is not None) - 0.4 * r
-                     for j, r in zip(jobs, ranks)])
+    out = np.array([4.0 - float(tiresias_queue(j)) + 0.5 * (j.allocation is not None) - 0.4 * r
+                    for j, r in zip(jobs, ranks)])
+    if speed is not None:
+        for i, j in enumerate(jobs):
+            if j.allocation is None and speed[i] < WAIT_BELOW and j.waited < MAX_WAIT_S:
+                out[i] = -1.0
+    return out
 
 
 def job_features(snap: Snapshot, jobs: list[JobState], best_speed: np.ndarray, best_price: np.ndarray) -> np.ndarray:

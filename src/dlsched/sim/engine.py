@@ -102,10 +102,11 @@ class Simulator:
         n, idle_calls, end_reason, t = len(arrivals), 0, "", trig.t0
         arrival_at, node_event_at, heap = self._arrival_at, self._node_event_at, self.heap
         while self._cursor < n or state.pending or state.running:
-            t = min(arrival_at[self._cursor], heap[0][0] if heap else math.inf,
-                    node_event_at[self._node_cursor], trig.next_time())
-            if t == math.inf:
+            nxt = min(arrival_at[self._cursor], heap[0][0] if heap else math.inf,
+                      node_event_at[self._node_cursor], trig.next_time())
+            if nxt == math.inf:  # nothing will ever happen again: the run ends now, not at infinity
                 break
+            t = nxt
             if cfg.max_time is not None and t > cfg.max_time:
                 end_reason, t = f"the run stopped at max_time={cfg.max_time:g} s", cfg.max_time
                 break

@@ -23,8 +23,9 @@ from dlsched.core.cluster import Cluster
 from dlsched.core.job import JobSpec
 from dlsched.core.snapshot import Snapshot
 from dlsched.framework.packing import fit_count
+from dlsched.policies.phases.speed_aware import SpeedAwarePlacement
 from dlsched.rl.dual_agent_features import (
-    Affinity, global_features, machine_features, pick_features, teacher_pick, worker_room,
+    RISK, Affinity, global_features, machine_features, pick_features, teacher_pick, worker_room,
 )
 from dlsched.rl.dual_agent_net import DualAgentNet
 from dlsched.rl.dual_agent_trajectory import Pick, Step, Trajectory
@@ -41,6 +42,8 @@ class AgentPlacement:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.net, self.estimate, self.mode, self.trajectory = net, estimate, mode, trajectory
+        # the teacher: the speed-aware placement planning with the same estimate (mean - RISK × sd)
+        self.teacher = SpeedAwarePlacement("teacher", None if estimate is None else _Told(estimate), risk=RISK)
         self.rng = np.random.default_rng(0)
         self.reset()
 
@@ -69,6 +72,7 @@ class AgentPlacement:
         with torch.no_grad():
             self.menc, self.msg = self.net.machines(torch.from_numpy(self.mfeat))
         self.messages = {}
+        self.teacher.observe(snap)
         if self.trajectory is not None:
             since = snap.now - self._last if self._last >= 0 else 0.0
             self.step = self.trajectory.begin(snap, self.mfeat, global_features(snap, self.mu, self.sd,
@@ -103,6 +107,12 @@ class AgentPlacement:
         pick = Pick(row)
         have: dict[int, tuple[int, int]] = {}
         remaining, first = workers, None
+        taught = self.teacher.place(cluster, free, spec, workers, ps)
+        # the teacher's allocation as picks: its machines, most workers first
+        lesson = [] if taught is None else [n for _, n in sorted(
+            ((-w, n) for n, w in zip(taught.nodes, taught.workers) if w > 0))]
+        if self.mode == "teacher" and taught is None:
+            return None
         while remaining > 0:
             mask = (room > 0) & ~chosen & np.isfinite(aff)
             if first is not None and (mask & (self.types == first)).any():
@@ -110,19 +120,26 @@ class AgentPlacement:
             if not mask.any():
                 return None
             pf = pick_features(aff, room, remaining, chosen, first, self.types)
-            teach = teacher_pick(aff, self.mu, self.sd, room, remaining, mask)
+            i = len(pick.actions)
+            teach = lesson[i] if i < len(lesson) and mask[lesson[i]] else teacher_pick(aff, self.mu, self.sd, room,
+                                                                                        remaining, mask)
             a = teach if self.mode == "teacher" else self._choose(pf, msg, mask)
             pick.features.append(pf)
             pick.masks.append(mask)
             pick.actions.append(a)
             pick.teacher.append(teach)
             k = int(min(room[a], remaining))
+            if self.mode == "teacher" and taught is not None:
+                k = dict(zip(taught.nodes, taught.workers))[a]
             have[a] = (k, 0)
             remaining -= k
             chosen[a], first = True, self.types[a]
-        if ps > 0 and not self._place_ps(cluster, free, spec, have, ps):
+        if self.mode == "teacher" and taught is not None:
+            alloc = taught
+        elif ps > 0 and not self._place_ps(cluster, free, spec, have, ps):
             return None
-        alloc = Allocation.of(have)
+        else:
+            alloc = Allocation.of(have)
         profile = self.snap.profile
         if profile is not None and profile.supports(spec) and not profile.rate(spec, alloc, cluster) > 0:
             return None  # the profile says it would make no progress there: it waits
@@ -158,3 +175,19 @@ class AgentPlacement:
             if left == 0:
                 return True
         return False
+
+
+class _Told:
+    """A speed estimate the placement agent feeds itself, as the teacher sees it: reading, not feeding."""
+
+    def __init__(self, estimate):
+        self.estimate = estimate
+
+    def observe(self, snap: Snapshot) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
+
+    def speeds(self, now: float, cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
+        return self.estimate.speeds(now, cluster)

@@ -1,0 +1,109 @@
+"""The Dual-Agent-style policy: its agents, its reward, its variants, its model files."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from dlsched.core.allocation import Allocation
+from dlsched.core.cluster import Cluster
+from dlsched.core.errors import ConfigError
+from dlsched.core.job import JobSpec
+from dlsched.policies.dual_agent import VARIANTS, build, dual_agent, load, save
+from dlsched.rl.dual_agent_net import DualAgentNet
+from dlsched.rl.dual_agent_trajectory import Trajectory
+from dlsched.sim.engine import NodeEvent, simulate
+from dlsched.throughput.base import ThroughputModel
+
+
+class ByType(ThroughputModel):
+    """One iteration per second per worker on "fast" GPUs, half on "slow" ones, nothing for
+    "never" jobs on "slow" GPUs; a job runs at its slowest GPU's pace."""
+
+    name = "by-type"
+
+    def supports(self, spec: JobSpec) -> bool:
+        return True
+
+    def rate(self, spec: JobSpec, alloc: Allocation, cluster: Cluster) -> float:
+        types = {str(cluster.gpu_type[n]) for n in alloc.nodes}
+        if "slow" in types:
+            return 0.0 if spec.model == "never" else 0.5 * alloc.num_workers
+        return float(alloc.num_workers)
+
+
+def _cluster() -> Cluster:
+    n = 6
+    return Cluster(name="mixed", capacity=np.tile([2.0, 16, 64], (n, 1)),
+                   gpu_type=np.array(["fast"] * 3 + ["slow"] * 3, dtype=object), rack=np.array([0, 0, 1, 2, 2, 3]),
+                   speed=np.ones(n), node_names=tuple(f"m{i}" for i in range(n)), price=np.array([3.0] * 3 + [1.0] * 3))
+
+
+def _jobs(n: int = 14, seed: int = 0) -> list[JobSpec]:
+    rng = np.random.default_rng(seed)
+    return [JobSpec(job_id=f"j{i}", submit_time=float(i * 200), iterations=float(rng.integers(500, 4000)),
+                    num_workers=int(rng.choice([1, 1, 2, 4])), arch="allreduce") for i in range(n)]
+
+
+EVENTS = [NodeEvent(1500.0, 0, "speed", speed=0.5), NodeEvent(6000.0, 0, "speed", speed=1.0)]
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("mode", ["greedy", "sample", "teacher"])
+def test_every_variant_finishes_a_workload_on_a_heterogeneous_fluctuating_cluster(variant, mode):
+    torch.manual_seed(0)
+    net = DualAgentNet(hidden=8, communicate=variant not in ("no-comm", "ordering-only"))
+    res = simulate(_jobs(), _cluster(), build(variant, net, mode), ByType(), node_events=EVENTS)
+    assert res.summary["finished"] == 14
+    assert res.summary["total_fee"] > 0
+
+
+@pytest.mark.parametrize("fee_weight", [0.0, 0.7])
+def test_the_episode_return_is_minus_total_jct_hours_minus_the_weighted_fee(fee_weight):
+    traj = Trajectory(fee_weight)
+    net = DualAgentNet(hidden=8)
+    res = simulate(_jobs(), _cluster(), build("full", net, "sample", traj), ByType(), node_events=EVENTS)
+    traj.close(float(res.jobs["end"].max()), res.summary["total_fee"])
+    want = -res.jobs["jct"].sum() / 3600.0 - fee_weight * res.summary["total_fee"]
+    assert traj.total_reward == pytest.approx(want, rel=1e-9)
+    assert any(s.acted for s in traj.steps) and any(s.picks for s in traj.steps)
+
+
+def test_the_placement_agent_keeps_a_job_on_one_type_and_off_types_where_it_makes_no_progress():
+    jobs = [dataclasses.replace(j, model="never") for j in _jobs(10, seed=1)]
+    for mode in ("greedy", "sample", "teacher"):
+        res = simulate(jobs, _cluster(), build("full", DualAgentNet(hidden=8), mode), ByType())
+        assert res.summary["finished"] == 10  # never on a slow GPU: it would not progress there
+        assert (res.jobs["fee"] > 0).all()
+
+
+def test_the_placement_teacher_avoids_a_machine_the_gp_saw_slow():
+    """Node 0 runs at half speed from the start; once a job measured it, the teacher's picks for
+    one-GPU jobs go to the other fast machines first."""
+    jobs = [JobSpec(job_id=f"j{i}", submit_time=float(i * 3000), iterations=1000.0) for i in range(4)]
+    net = DualAgentNet(hidden=8)
+    res = simulate(jobs, _cluster(), build("full", net, "teacher"), ByType(),
+                   node_events=[NodeEvent(1.0, 0, "speed", speed=0.5)])
+    out = res.jobs.set_index("job_id")
+    assert out.loc["j0", "jct"] == pytest.approx(1000 / 0.5 + 0.0, rel=0.01)  # j0 took node 0 (nothing known)
+    assert (out.loc[["j1", "j2", "j3"], "jct"] < 1500).all()  # the rest avoided it
+
+
+def test_model_files_round_trip_and_bad_ones_are_config_errors(tmp_path):
+    net = DualAgentNet(hidden=8, communicate=False)
+    save(net, tmp_path / "m.pt", {"variant": "no-comm"})
+    back, meta = load(tmp_path / "m.pt")
+    assert meta["variant"] == "no-comm" and not back.communicate
+    assert all(torch.equal(a, b) for a, b in zip(net.state_dict().values(), back.state_dict().values()))
+    with pytest.raises(ConfigError, match="trained as variant 'no-comm'"):
+        dual_agent("full", model=str(tmp_path / "m.pt"))
+    (tmp_path / "bad.pt").write_text("not a model")
+    with pytest.raises(ConfigError, match="not a Dual-Agent-style model"):
+        dual_agent("full", model=str(tmp_path / "bad.pt"))
+    with pytest.raises(ConfigError, match="unknown dual-agent variant"):
+        dual_agent("both")
+    with pytest.raises(ConfigError, match="no Dual-Agent-style model"):
+        dual_agent("full", model=str(tmp_path / "missing.pt"))
