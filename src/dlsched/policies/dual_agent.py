@@ -13,7 +13,9 @@ Two cooperating agents decide at every arrival, completion and machine-speed cha
   picks from the RW-OU GP's estimate of every machine's speed and its uncertainty
   (`estimators.rwgp`), told the ordering agent's message for the job.
 The shared realiser turns the order into allocations with minimal preemption (a running job stops
-only when that lets a higher-ranked one start), so jobs are rigid, at their requested size.
+only when that lets a higher-ranked one start), so jobs are rigid, at their requested size. A
+waiting job the ordering agent scores below 0 is not offered: it waits for a better machine (the
+placement agent's message says how good a machine it would get now), for at most MAX_WAIT_S.
 
 Variants (`VARIANTS`, each its own trained model): the full policy, the ablations (no
 communication; no GP: every machine at its type's profile speed; no fluctuation-awareness: a static
@@ -38,7 +40,7 @@ from dlsched.policies.phases.agent_placement import AgentPlacement
 from dlsched.policies.phases.realise import realise
 from dlsched.policies.phases.speed_aware import SpeedAwarePlacement
 from dlsched.policies.tiresias import Tiresias
-from dlsched.rl.dual_agent_features import TIRESIAS_THRESHOLDS, global_features, job_features, machine_features, teacher_scores
+from dlsched.rl.dual_agent_features import MAX_WAIT_S, TIRESIAS_THRESHOLDS, global_features, job_features, machine_features, teacher_scores
 from dlsched.rl.dual_agent_net import DualAgentNet
 from dlsched.rl.dual_agent_trajectory import Trajectory
 
@@ -114,7 +116,9 @@ class DualAgent(Policy):
             action = scores + float(self.net.log_std.detach().exp()) * self.rng.standard_normal(len(jobs))
         else:
             action = scores
-        order = [i for i in np.argsort(-action, kind="stable") if action[i] >= 0]  # below 0: it waits
+        # a waiting job scored below 0 is held back this decision, for at most MAX_WAIT_S in all
+        order = [i for i in np.argsort(-action, kind="stable")
+                 if action[i] >= 0 or jobs[i].allocation is not None or jobs[i].waited >= MAX_WAIT_S]
         if agent is not None:
             agent.messages = {jobs[i].job_id: (int(i), hid[i]) for i in range(len(jobs))}
         allocations = realise(snap, ((jobs[i], jobs[i].spec.num_workers, jobs[i].spec.num_ps) for i in order),

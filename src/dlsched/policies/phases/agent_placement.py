@@ -121,8 +121,14 @@ class AgentPlacement:
                 return None
             pf = pick_features(aff, room, remaining, chosen, first, self.types)
             i = len(pick.actions)
-            teach = lesson[i] if i < len(lesson) and mask[lesson[i]] else teacher_pick(aff, self.mu, self.sd, room,
-                                                                                        remaining, mask)
+            if self.mode == "teacher":  # its allocation exactly, machine by machine
+                teach = lesson[i]
+                mask = mask.copy()
+                mask[teach] = True
+            elif i < len(lesson) and mask[lesson[i]]:
+                teach = lesson[i]
+            else:
+                teach = teacher_pick(aff, self.mu, self.sd, room, remaining, mask)
             a = teach if self.mode == "teacher" else self._choose(pf, msg, mask)
             pick.features.append(pf)
             pick.masks.append(mask)
