@@ -49,7 +49,7 @@ class DualAgentNet(nn.Module):
         self.order_head = nn.Sequential(nn.Linear(h + 2 * h + 2 * h, h), nn.Tanh())
         self.order_out = nn.Linear(h, 1)
         self.pick = nn.Sequential(nn.Linear(PICK_FEATURES + MACHINE_FEATURES + h + h, h), nn.Tanh(), nn.Linear(h, 1))
-        self.critic = nn.Sequential(nn.Linear(GLOBAL_FEATURES + 2 * h, 2 * h), nn.Tanh(), nn.Linear(2 * h, 1))
+        self.critic = nn.Sequential(nn.Linear(GLOBAL_FEATURES + 4 * h, 2 * h), nn.Tanh(), nn.Linear(2 * h, 1))
         self.log_std = nn.Parameter(torch.tensor(-1.0))  # the ordering agent's score noise (exploration)
 
     def config(self) -> dict:
