@@ -175,9 +175,9 @@ def build(variant: str, net: DualAgentNet, mode: str = "greedy", trajectory: Tra
     return DualAgent(net, placement, mode, trajectory, label)
 
 
-def dual_agent(variant: str = "full", model: str | None = None) -> Policy:
-    """A trained Dual-Agent-style variant (`VARIANTS`): the shipped model, or `model` (a file
-    written by `dlsched train dual-agent`)."""
+def trained(variant: str = "full", model: str | None = None, name: str | None = None) -> Policy:
+    """A trained variant (`VARIANTS`): the shipped model, or `model` (a file written by
+    `dlsched train dual-agent`), named `name` (default: dual-agent, or dual-agent-<variant>)."""
     if variant not in VARIANTS:
         raise ConfigError(f"unknown dual-agent variant {variant!r}; known: {', '.join(VARIANTS)}")
     path = Path(model) if model else model_path(variant)
@@ -187,4 +187,11 @@ def dual_agent(variant: str = "full", model: str | None = None) -> Policy:
         raise ConfigError(f"no Dual-Agent-style model at {path}: train one with `dlsched train dual-agent`") from None
     if meta.get("variant", variant) != variant:
         raise ConfigError(f"{path} was trained as variant {meta.get('variant')!r}, not {variant!r}")
-    return build(variant, net)
+    return build(variant, net, name=name)
+
+
+def dual_agent(variant: str = "full", model: str | None = None) -> Policy:
+    """Dual-Agent-style scheduling: `variant` one of VARIANTS (full; the ablations no-comm, no-gp,
+    static-gp; the single agents ordering-only, placement-only); `model` a file written by
+    `dlsched train dual-agent` (default: the shipped model of the variant)."""
+    return trained(variant, model)

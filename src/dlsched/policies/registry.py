@@ -26,6 +26,7 @@ POLICIES: dict[str, tuple[str, str, str]] = {
     "qos": ("dlsched.policies.qos", "qos", "QoS deadline framework: EDF + feasibility + predictive autoscaling"),
     "edf": ("dlsched.policies.edf", "edf", "earliest deadline first at requested sizes, no autoscaling"),
     "kube-autoscale": ("dlsched.policies.qos", "kube_autoscale", "arrival order, spreading, with the QoS autoscaler"),
+    "dual-agent": ("dlsched.policies.dual_agent", "dual_agent", "Dual-Agent-style: learned ordering agent + placement agent with a GP of machine speeds (MAPPO)"),
     "tiresias-ll": ("dlsched.policies.tiresias", "tiresias_ll", "Tiresias ordering, least-loaded placement (heterogeneity-blind)"),
     "tiresias-random": ("dlsched.policies.hetero_random", "random_place", "Tiresias ordering, random placement (seeded per run)"),
     "gavel-style": ("dlsched.policies.gavel_style", "gavel_style", "Tiresias ordering, placement by per-GPU-type throughput (Gavel-lite; optionally per dollar)"),
@@ -39,8 +40,8 @@ UTILITY_DRIVEN: frozenset[str] = frozenset({"oasis", "rrh"})
 
 #: The six baselines.
 BASELINES: tuple[str, ...] = ("fifo", "srtf", "drf", "tiresias", "optimus", "kube-default")
-#: The published systems, each a policy over the same core (Dual-Agent is still to come).
-PUBLISHED: tuple[str, ...] = ("dragon", "qos", "oasis", "dl2")
+#: The published systems, each a policy over the same core.
+PUBLISHED: tuple[str, ...] = ("dragon", "qos", "oasis", "dl2", "dual-agent")
 #: Placement baselines for heterogeneous, fluctuating clusters: one ordering (Tiresias), four placements.
 HETERO_BASELINES: tuple[str, ...] = ("tiresias-ll", "tiresias-random", "gavel-style", "pal-style")
 #: What `dlsched simulate` compares when no policy is named: the published systems next to the baselines.

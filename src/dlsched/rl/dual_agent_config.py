@@ -34,7 +34,7 @@ class DualAgentTrainConfig(BaseModel):
     jobs: int = Field(120, ge=2, description="jobs per episode")
     hidden: int = Field(32, ge=4)
     fee_weight: float = Field(0.05, ge=0, description="reward = -(JCT hours) - fee_weight * (fee USD)")
-    warmup_episodes: int = Field(12, ge=0, description="episodes of the teachers' decisions recorded for the warm-up")
+    warmup_episodes: int = Field(16, ge=0, description="episodes of the teachers' decisions recorded for the warm-up")
     warmup_epochs: int = Field(40, ge=0)
     warmup_lr: float = Field(3e-3, gt=0)
     rl_iterations: int = Field(30, ge=0, description="PPO iterations (0: warm-up only)")
@@ -45,7 +45,7 @@ class DualAgentTrainConfig(BaseModel):
     entropy: float = Field(0.003, ge=0, description="bonus on the placement agent's entropy")
     gae_lambda: float = Field(0.95, ge=0, le=1)
     validate_every: int = Field(5, ge=1)
-    validation_episodes: int = Field(4, ge=1)
+    validation_episodes: int = Field(6, ge=1)
     train_seeds: tuple[Seed, Seed] = (10_000, 20_000)
     validation_seeds: tuple[Seed, Seed] = (5_000, 5_100)
     seed: Seed = 0

@@ -127,7 +127,7 @@ def warmup(cfg: DualAgentTrainConfig, net: DualAgentNet, trajs: list[Trajectory]
             opt.zero_grad()
             loss.backward()
             opt.step()
-            total += float(loss) * len(batch)
+            total += float(loss.detach()) * len(batch)
         loss_v = total / max(len(data), 1)
         progress("warm-up (imitate teachers)", epoch + 1, cfg.warmup_epochs, f"loss {loss_v:.4f}")
     return loss_v
