@@ -100,7 +100,7 @@ def test_fees_are_gpu_hours_times_the_prices_of_the_nodes_held():
     assert res.jobs.set_index("job_id").loc["a", "fee"] == pytest.approx(130.0 / 3600.0 * 6.0)
     assert res.summary["total_fee"] == pytest.approx(130.0 / 3600.0 * 6.0)
     plain = simulate(jobs, Cluster.homogeneous("ev", nodes=2, gpus=1, cpus=8, mem=32), make_policy("fifo"), PerWorker())
-    assert plain.summary["total_fee"] == 0.0
+    assert plain.summary["total_fee"] != plain.summary["total_fee"]  # NaN: no prices, no figure
 
 
 def test_bad_prices_are_config_errors():

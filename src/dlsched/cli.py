@@ -54,6 +54,7 @@ def _run(
     profiles: Optional[str] = None,
     load: Optional[float] = None,
     overwrite: bool = False,
+    variability: Optional[str] = None,
 ) -> None:
     from dlsched.experiment import prepare_run, run_policies
     from dlsched.metrics.report import holds_report, write_report
@@ -70,7 +71,7 @@ def _run(
         raise DlschedError(f"--profiles must be one of {', '.join(PROFILE_MODES)}, not {profiles!r}")
     cfg = with_flags(load_run_config(config), trace=trace, trace_format=trace_format, cluster=cluster_name,
                      policies=None if policies is None else parse_policy_list(policies), limit=limit,
-                     elastic=elastic, profiles=profiles, seed=seed)
+                     elastic=elastic, profiles=profiles, seed=seed, variability=variability)
     names = cfg.policies or list(DEFAULT_POLICIES)
     for n in names:  # every policy's options checked before the first one runs
         check_options(n, cfg.policy_options.get(n, {}))
@@ -98,6 +99,8 @@ def _run(
             console.print(f"[bold]oracle[/]   {oracle_note}")
         if slot_note:
             console.print(f"[bold]slots[/]    {slot_note}")
+        if prepared.variability_note:
+            console.print(f"[bold]machines[/] {prepared.variability_note}")
 
     total = len(workload.jobs)
     with Progress(
@@ -114,14 +117,16 @@ def _run(
                 bar.update(tasks[name], completed=ended)
 
         comparison = run_policies(
-            workload.jobs, cluster, names, throughput, cfg.sim, options, on_progress=progress
+            workload.jobs, cluster, names, throughput, cfg.sim, options, on_progress=progress,
+            node_events=prepared.node_events,
         )
         for run in comparison.runs:
             bar.update(tasks[run.name], completed=total)
 
     results = comparison.results
     notes = [n for n in (workload.attribution, *workload.notes, oracle_note and f"Oracles: {oracle_note}.",
-                         utility_note and f"Utility: {utility_note}.", slot_note and f"Slots: {slot_note}.", describe_traces(root)) if n]
+                         utility_note and f"Utility: {utility_note}.", slot_note and f"Slots: {slot_note}.",
+                         prepared.variability_note and f"Machines: {prepared.variability_note}.", describe_traces(root)) if n]
     notes += sizing.notes() + [f"simulated in {r.wall_seconds:.1f} s wall time: {r.name}" for r in comparison.runs]
     said = [n for r in comparison.runs for n in r.notes]
     notes += said
@@ -170,6 +175,10 @@ _PROFILES = typer.Option(None, "--profiles", help="Measured job behaviour: 'auto
 _LOAD = typer.Option(None, "--load", help="Size the cluster to this offered load (GPU-time the jobs demand / GPU-time the "
                      "cluster has while they arrive), from whole nodes of the chosen cluster's node shapes, e.g. 0.8. "
                      "Every run prints its offered load; below 0.3 policies barely differ.")
+_VARIABILITY = typer.Option(None, "--variability", help="Machine speeds (docs/HETERO.md): 'static' (same-model GPUs "
+                            "~8% apart, rare 1.5x-slow outliers), 'fluctuating' (plus drift, stragglers, contention), "
+                            "'strong', or 'steady'; drawn by --seed, with per-GPU-type prices so fees are reported. "
+                            "Default: the cluster's own speeds, no fees.")
 _FORMAT = typer.Option("table", "--format", "-f", help="'table' (console table + report) or 'json' (summary rows on stdout, for scripts).")
 _TRACES = typer.Option(None, "--traces", help="Shared traces folder (measured throughput tables, DL2 constants, Pollux profiles). "
                        "Default: $DLSCHED_TRACES, else ../shared/traces beside the source checkout; never the working directory.")
@@ -192,10 +201,11 @@ def simulate(
     profiles: Optional[str] = _PROFILES,
     load: Optional[float] = _LOAD,
     overwrite: bool = _OVERWRITE,
+    variability: Optional[str] = _VARIABILITY,
 ) -> None:
     """Simulate policies on a workload (default: the baselines and the published systems on the embedded ITP slice) and write a report."""
     _run(trace, trace_format, cluster, policies, out, seed, config, limit, elastic, output_format, traces, profiles, load,
-         overwrite)
+         overwrite, variability)
 
 
 @app.command()
@@ -215,10 +225,11 @@ def compare(
     profiles: Optional[str] = _PROFILES,
     load: Optional[float] = _LOAD,
     overwrite: bool = _OVERWRITE,
+    variability: Optional[str] = _VARIABILITY,
 ) -> None:
     """Run several policies on one trace: prints the comparison and writes the report folder."""
     _run(trace, trace_format, cluster, policies, out, seed, config, limit, elastic, output_format, traces, profiles, load,
-         overwrite)
+         overwrite, variability)
 
 
 # --------------------------------------------------------------------------- listings

@@ -17,7 +17,7 @@ from dlsched.core.cluster import Cluster
 from dlsched.core.job import JobSpec
 from dlsched.policies.registry import make_policy
 from dlsched.sim.config import SimConfig
-from dlsched.sim.engine import simulate
+from dlsched.sim.engine import NodeEvent, simulate
 from dlsched.sim.results import SimResult
 from dlsched.throughput.base import ThroughputModel
 
@@ -52,8 +52,10 @@ def run_policies(
     config: SimConfig,
     policy_options: dict[str, dict[str, Any]] | None = None,
     on_progress: Callable[[str, float, int], None] | None = None,
+    node_events: Sequence[NodeEvent] = (),
 ) -> Comparison:
-    """Each policy gets a fresh policy object and the same jobs, cluster, throughput and seed."""
+    """Each policy gets a fresh policy object and the same jobs, cluster, throughput, machine speed
+    events and seed."""
     options = policy_options or {}
     out = Comparison()
     for name in policies:
@@ -62,7 +64,7 @@ def run_policies(
         if on_progress is not None:
             cb = lambda t, ended, _n=name: on_progress(_n, t, ended)  # noqa: E731
         start = time.perf_counter()
-        result = simulate(jobs, cluster, policy, throughput, config, on_progress=cb)
+        result = simulate(jobs, cluster, policy, throughput, config, on_progress=cb, node_events=node_events)
         out.runs.append(PolicyRun(name, result, time.perf_counter() - start, list(getattr(policy, "notes", []))))
     return out
 
@@ -79,6 +81,8 @@ class PreparedRun:
     utility_note: str | None = None
     oracle_note: str | None = None
     slot_note: str | None = None
+    node_events: list[NodeEvent] = field(default_factory=list)
+    variability_note: str | None = None
 
 
 def prepare_run(cfg: "RunConfig", names: Sequence[str], root: Path | None, load: float | None = None) -> PreparedRun:
@@ -104,6 +108,14 @@ def prepare_run(cfg: "RunConfig", names: Sequence[str], root: Path | None, load:
     sizing = at_load(workload.jobs, cluster, cfg.load if load is None else load, throughput)  # it checks the load
     prepared = PreparedRun(workload, sizing.cluster, throughput, sizing,
                            {n: dict(o) for n, o in cfg.policy_options.items()})
+    if cfg.variability:
+        from dlsched.hetero.scenarios import vary
+
+        subs = [j.submit_time for j in workload.jobs]
+        horizon = (max(subs) - min(subs)) * 1.5 + 7 * 86400.0 if subs else 0.0
+        prepared.cluster, prepared.node_events = vary(sizing.cluster, cfg.variability, cfg.sim.seed, horizon)
+        prepared.variability_note = (f"machine speeds {cfg.variability!r} (hetero.speeds, seed {cfg.sim.seed}): "
+                                     f"{len(prepared.node_events)} speed changes; fees at per-GPU-type prices")
     options = prepared.options
     driven = [n for n in names if n in UTILITY_DRIVEN]
     if driven:  # score every policy of the comparison on the same utilities

@@ -33,6 +33,9 @@ class RunConfig(BaseModel):
                                description="size the cluster from its node shapes to this offered load")
     elastic: bool | None = Field(None, description="None: jobs on measured curves elastic, others rigid")
     profiles: str = Field("auto", pattern="^(auto|draw|off)$", description="measured curves: auto, draw or off")
+    variability: str | None = Field(None, pattern="^(steady|static|fluctuating|strong)$",
+                                    description="machines' speeds (hetero.speeds): static spread, fluctuation and "
+                                    "stragglers drawn by the seed, with per-GPU-type prices; None: as the cluster says")
     out: str | None = None
     sim: SimConfig = Field(default_factory=SimConfig)
     throughput: ThroughputConfig = Field(default_factory=ThroughputConfig)
@@ -73,6 +76,7 @@ def _as_value_error(fn, *args):
 FLAGS: dict[str, str] = {
     "trace": "--trace", "trace_format": "--trace-format", "cluster": "--cluster", "policies": "--policies",
     "limit": "--limit", "elastic": "--elastic/--rigid", "profiles": "--profiles", "seed": "--seed",
+    "variability": "--variability",
 }  # fmt: skip
 
 

@@ -71,11 +71,33 @@ def build(which: str | Scenario, seed: int, horizon_s: float) -> tuple[Cluster, 
     """The scenario's cluster with its static speed factors and per-node prices (`prices`), and its
     speed events over (0, horizon_s); one seed, one draw."""
     sc = scenario(which)
-    base = load_cluster(sc.preset)
+    return vary(load_cluster(sc.preset), sc.variability, seed, horizon_s)
+
+
+#: The most speed events `vary` draws: beyond, a run spends its time on events (1,213 nodes
+#: fluctuating for 150 days would be ~20 million).
+MAX_EVENTS = 3_000_000
+
+
+def vary(base: Cluster, variability: Variability | str, seed: int, horizon_s: float) -> tuple[Cluster, list[NodeEvent]]:
+    """`base` with machine speed factors drawn from `variability` (a `VARIABILITY` name or one),
+    its GPU types' prices, and the speed events over (0, horizon_s). What `dlsched simulate
+    --variability` applies to any cluster."""
+    if isinstance(variability, str):
+        if variability not in VARIABILITY:
+            raise ConfigError(f"unknown variability {variability!r}{did_you_mean(variability, VARIABILITY)}; "
+                              f"known: {', '.join(VARIABILITY)}")
+        variability = VARIABILITY[variability]
+    if variability.fluctuates:
+        expected = base.num_nodes * horizon_s / variability.step_s
+        if expected > MAX_EVENTS:
+            raise ConfigError(f"fluctuating speeds on {base.num_nodes} nodes over {horizon_s / 86400:.0f} days are "
+                              f"~{expected / 1e6:.0f} million events: use --limit (fewer jobs, a shorter span) or a "
+                              "variability without fluctuation (static)")
     rng = np.random.default_rng(seed)
-    factors = sc.variability.static_factors(base, rng)
+    factors = variability.static_factors(base, rng)
     cluster = replace(base, speed=factors, price=node_prices(base), memo={})
-    return cluster, sc.variability.events(cluster, factors, horizon_s, rng)
+    return cluster, variability.events(cluster, factors, horizon_s, rng)
 
 
 def _trace_files(traces: str | Path | None) -> list[Path]:

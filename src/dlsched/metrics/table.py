@@ -57,6 +57,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("gpu_utilization", "GPU util.", "gpu_utilization", fmt="{:.1%}", short="util"),
     Column("deadline_met_ratio", "deadlines met", "deadline_met_ratio", fmt="{:.1%}", short="ddl met"),
     Column("total_utility", "total utility", "total_utility", fmt="{:,.1f}", short="utility"),
+    Column("total_fee_usd", "total fee (USD)", "total_fee", fmt="{:,.0f}", short="fee $"),
     Column("held_gpu_hours", "held GPU·h (partial gangs)", "held_gpu_hours", fmt="{:,.1f}", short="held GPU·h"),
     Column("mean_nodes_spanned", "nodes spanned per job", "mean_nodes_spanned", fmt="{:.2f}", short="nodes"),
     Column("restarts", "restarts", "restarts", fmt="{:,}", short="restarts"),

@@ -15,7 +15,8 @@ Two cooperating agents decide at every arrival, completion and machine-speed cha
 The shared realiser turns the order into allocations with minimal preemption (a running job stops
 only when that lets a higher-ranked one start), so jobs are rigid, at their requested size. A
 waiting job the ordering agent scores below 0 is not offered: it waits for a better machine (the
-placement agent's message says how good a machine it would get now), for at most MAX_WAIT_S.
+placement agent's message says how good a machine it would get now), for at most MAX_WAIT_S, and
+only while something runs (an idle cluster has no better machine to wait for).
 
 Variants (`VARIANTS`, each its own trained model): the full policy, the ablations (no
 communication; no GP: every machine at its type's profile speed; no fluctuation-awareness: a static
@@ -117,8 +118,10 @@ class DualAgent(Policy):
         else:
             action = scores
         # a waiting job scored below 0 is held back this decision, for at most MAX_WAIT_S in all
-        order = [i for i in np.argsort(-action, kind="stable")
-                 if action[i] >= 0 or jobs[i].allocation is not None or jobs[i].waited >= MAX_WAIT_S]
+        ranked = np.argsort(-action, kind="stable")
+        order = [i for i in ranked if action[i] >= 0 or jobs[i].allocation is not None or jobs[i].waited >= MAX_WAIT_S]
+        if not order:  # with nothing running, waiting for a better machine waits for nothing: start the best
+            order = list(ranked)
         if agent is not None:
             agent.messages = {jobs[i].job_id: (int(i), hid[i]) for i in range(len(jobs))}
         allocations = realise(snap, ((jobs[i], jobs[i].spec.num_workers, jobs[i].spec.num_ps) for i in order),

@@ -14,7 +14,7 @@
    network: the result is never worse on validation than the warm-up.
 
 Resumable: `checkpoint.pt` after the warm-up and every iteration (network, optimiser, history,
-best network, wall time so far). The model file records its training time, which the issue's one
+best network, wall time so far); a resume may raise `rl_iterations` to train further. The model file records its training time, which the issue's one
 hour budget is checked against.
 """
 
@@ -199,9 +199,12 @@ def train(cfg: DualAgentTrainConfig, out: Path, resume: bool = False,
              "scale": 1.0, "warm": False}
     if resume and ckpt_path.exists():
         blob = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-        if blob["config"] != cfg.model_dump(mode="json"):
+        was, now = dict(blob["config"]), cfg.model_dump(mode="json")
+        was.pop("rl_iterations", None)
+        if was != {k: v for k, v in now.items() if k != "rl_iterations"}:
             from dlsched.core.errors import ConfigError
-            raise ConfigError(f"{ckpt_path} was written with another config: resume with the same one")
+            raise ConfigError(f"{ckpt_path} was written with another config: resume with the same one "
+                              "(only rl_iterations may grow, to train further)")
         net.load_state_dict(blob["net"])
         opt.load_state_dict(blob["opt"])
         state = blob["state"]

@@ -262,8 +262,8 @@ def summarize(jobs: pd.DataFrame, tl: pd.DataFrame, cluster: Cluster, end_time: 
         "gpu_utilization": _integral(tl, "busy_gpus", end_time) / cap if cap > 0 else float("nan"),
         "gpu_allocated": _integral(tl, "used_gpus", end_time) / cap if cap > 0 else float("nan"),
         "held_gpu_hours": float(jobs["held_gpu_seconds"].sum()) / 3600.0,
-        # USD: GPU-hours × the nodes' prices (0 on a cluster without prices)
-        "total_fee": float(jobs["fee"].sum()),
+        # USD: GPU-hours × the nodes' prices (no figure on a cluster without prices)
+        "total_fee": float(jobs["fee"].sum()) if cluster.price is not None else float("nan"),
         # how spread out jobs ran (time-weighted nodes per running job, 1.0 = always one node)
         "mean_nodes_spanned": float(jobs["mean_nodes"].mean()) if jobs["mean_nodes"].notna().any() else float("nan"),
         "restarts": int(jobs["restarts"].sum()),
