@@ -25,7 +25,7 @@ from dlsched.core.snapshot import Snapshot
 from dlsched.framework.packing import fit_count
 from dlsched.policies.phases.speed_aware import SpeedAwarePlacement
 from dlsched.rl.dual_agent_features import (
-    RISK, Affinity, global_features, machine_features, pick_features, teacher_pick, worker_room,
+    PRICE_WEIGHT, RISK, Affinity, global_features, machine_features, pick_features, teacher_pick, worker_room,
 )
 from dlsched.rl.dual_agent_net import DualAgentNet
 from dlsched.rl.dual_agent_trajectory import Pick, Step, Trajectory
@@ -43,7 +43,8 @@ class AgentPlacement:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.net, self.estimate, self.mode, self.trajectory = net, estimate, mode, trajectory
         # the teacher: the speed-aware placement planning with the same estimate (mean - RISK × sd)
-        self.teacher = SpeedAwarePlacement("teacher", None if estimate is None else _Told(estimate), risk=RISK)
+        self.teacher = SpeedAwarePlacement("teacher", None if estimate is None else _Told(estimate), risk=RISK,
+                                           price_weight=PRICE_WEIGHT)
         self.rng = np.random.default_rng(0)
         self.reset()
 

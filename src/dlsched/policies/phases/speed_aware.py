@@ -100,6 +100,9 @@ class SpeedAwarePlacement:
     estimate: SpeedEstimate | None = None
     risk: float = 0.0
     per_dollar: bool = False
+    # objective = rate / (USD/hour)^price_weight when the cluster has prices: 0 is the rate alone,
+    # 1 the rate per dollar (`per_dollar` is 1); in between trades a little speed for a lower fee
+    price_weight: float = 0.0
     # planned factors are rounded to multiples of this (0: not rounded): machines a few % apart then
     # tie, and ties go to fewer nodes and best fit, so small noise does not fragment the cluster
     # (PAL likewise groups machines into a few performance classes)
@@ -167,13 +170,14 @@ class SpeedAwarePlacement:
         return float((gpus * cluster.price[list(alloc.nodes)]).sum())
 
     def objective(self, cluster: Cluster, spec: JobSpec, alloc: Allocation, gpu_type: str) -> float:
-        """What the placement maximises: the predicted rate, or it per USD/hour with `per_dollar`."""
+        """What the placement maximises: the predicted rate, over (USD/hour)^price_weight (1 with `per_dollar`)."""
         f = self.factors(cluster)
         rate = self._rate(spec, alloc, cluster, gpu_type) * float(f[list(alloc.nodes)].min())
-        if self.per_dollar and cluster.price is not None:
+        weight = 1.0 if self.per_dollar else self.price_weight
+        if weight > 0 and cluster.price is not None:
             cost = self._cost(cluster, spec, alloc)
             if cost > 0:
-                return rate / cost
+                return rate / cost ** weight
         return rate
 
     # ------------------------------------------------------------------ place
@@ -193,8 +197,9 @@ class SpeedAwarePlacement:
         r1 = np.array([self._rate(spec, Allocation.single_node(int(first[t]), 1, ps), cluster, names[t])
                        for t in range(len(names))])
         score = r1[tidx] * f
-        if self.per_dollar and cluster.price is not None:
-            score = score / np.maximum(cluster.price * wd[GPU], _EPS)
+        weight = 1.0 if self.per_dollar else self.price_weight
+        if weight > 0 and cluster.price is not None:
+            score = score / np.maximum(cluster.price * wd[GPU], _EPS) ** weight
         total = workers * wd + ps * pd
         whole = (avail + _EPS >= total).all(axis=1)
         if mask is not None:
