@@ -190,7 +190,7 @@ def simulate(
     trace: Optional[str] = _TRACE,
     trace_format: Optional[str] = _TRACE_FORMAT,
     cluster: Optional[str] = _CLUSTER,
-    policies: Optional[str] = typer.Option(None, "--policies", "-p", help="Comma-separated policy names (default: the six baselines and the published systems dragon, qos, oasis, dl2)."),
+    policies: Optional[str] = typer.Option(None, "--policies", "-p", help="Comma-separated policy names (default: the six baselines and the published systems dragon, qos, oasis, dl2, dual-agent)."),
     out: Optional[Path] = _OUT,
     seed: Optional[int] = _SEED,
     config: Optional[Path] = _CONFIG,
