@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Iterator, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dlsched.cli_support import console, err_console, friendly
+
+@contextmanager
+def _phases() -> Iterator[Callable[[str, int, int, str], None]]:
+    """One progress bar per training phase: `progress(phase, done, total, note)` adds or updates it."""
+    with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
+                  TimeElapsedColumn(), console=err_console) as bar:
+        tasks: dict[str, int] = {}
+
+        def progress(phase: str, done: int, total: int, note: str) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(phase, total=total, note="")
+            bar.update(tasks[phase], completed=done, note=note)
+
+        yield progress
+
 
 train_app = typer.Typer(help="Train learned schedulers (DL2, Dual-Agent-style).", add_completion=False,
                         pretty_exceptions_enable=False, no_args_is_help=True)
@@ -74,15 +90,7 @@ def train_dl2_cmd(
         out, moved = OutputFolder(out, "dl2-training", overwrite).claim()
         if moved:
             console.print(f"[bold]output[/] {moved}", highlight=False, soft_wrap=True)
-    with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
-                  TimeElapsedColumn(), console=err_console) as bar:
-        tasks: dict[str, int] = {}
-
-        def progress(phase: str, done: int, total: int, note: str) -> None:
-            if phase not in tasks:
-                tasks[phase] = bar.add_task(phase, total=total, note="")
-            bar.update(tasks[phase], completed=done, note=note)
-
+    with _phases() as progress:
         meta = train_dl2(cfg, out, teacher=lambda: make_policy(cfg.teacher), student=DL2Policy, traces=root,
                          resume=resume, progress=progress)
     console.print(f"trained in {meta['training_seconds'] / 60:.1f} min; best validation mean JCT "
@@ -140,15 +148,7 @@ def train_dual_agent_cmd(
         out, moved = OutputFolder(out, "dual-agent-training", overwrite).claim()
         if moved:
             console.print(f"[bold]output[/] {moved}", highlight=False, soft_wrap=True)
-    with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
-                  TimeElapsedColumn(), console=err_console) as bar:
-        tasks: dict[str, int] = {}
-
-        def progress(phase: str, done: int, total: int, note: str) -> None:
-            if phase not in tasks:
-                tasks[phase] = bar.add_task(phase, total=total, note="")
-            bar.update(tasks[phase], completed=done, note=note)
-
+    with _phases() as progress:
         meta = train(cfg, out, resume=resume, progress=progress)
     console.print(f"trained {cfg.variant!r} in {meta['training_seconds'] / 60:.1f} min; validation score (mean JCT h + "
                   f"fee_weight × fee per job) {meta['best_validation']:.3f}, warm-up {meta['warmup_validation']:.3f}")

@@ -43,6 +43,7 @@ from dlsched.policies.phases.speed_aware import SpeedAwarePlacement
 from dlsched.policies.tiresias import Tiresias
 from dlsched.rl.dual_agent_features import MAX_WAIT_S, TIRESIAS_THRESHOLDS, global_features, job_features, machine_features, teacher_scores
 from dlsched.rl.dual_agent_net import DualAgentNet
+from dlsched.rl.model_io import load_model, save_model
 from dlsched.rl.dual_agent_trajectory import Trajectory
 
 _DATA = Path(__file__).resolve().parent.parent / "data"
@@ -148,20 +149,11 @@ class DualAgent(Policy):
 
 def load(path: Path) -> tuple[DualAgentNet, dict]:
     """The network saved at `path` and its meta (variant, training record)."""
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-        net = DualAgentNet(**blob["config"])
-        net.load_state_dict(blob["state_dict"])
-    except FileNotFoundError:
-        raise
-    except Exception as exc:
-        raise ConfigError(f"{path}: not a Dual-Agent-style model saved by dlsched ({exc})") from None
-    return net.eval(), blob.get("meta", {})
+    return load_model(path, DualAgentNet, "a Dual-Agent-style model")
 
 
 def save(net: DualAgentNet, path: Path, meta: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"config": net.config(), "state_dict": net.state_dict(), "meta": meta}, path)
+    save_model(net, path, meta)
 
 
 def build(variant: str, net: DualAgentNet, mode: str = "greedy", trajectory: Trajectory | None = None,
