@@ -72,3 +72,13 @@ def test_variability_gives_speed_factors_events_and_prices_on_any_run():
     assert (again.cluster.speed == prepared.cluster.speed).all()  # drawn by the seed
     with pytest.raises(ConfigError, match="--variability"):
         with_flags(RunConfig(), variability="wobbly")
+
+
+def test_fluctuating_speeds_on_a_huge_cluster_for_months_are_refused_with_a_way_out():
+    from dlsched.hetero.scenarios import vary
+    from dlsched.presets import load_cluster
+
+    with pytest.raises(ConfigError, match="million events: use --limit"):
+        vary(load_cluster("alibaba2023"), "fluctuating", 0, 150 * 86400.0)
+    cluster, events = vary(load_cluster("alibaba2023"), "static", 0, 150 * 86400.0)
+    assert not events and cluster.price is not None
