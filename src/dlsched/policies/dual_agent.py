@@ -107,11 +107,12 @@ class DualAgent(Policy):
                                       else agent.predicted(j.spec, free))
         heard = self.net.communicate and agent is not None
         jfeat = job_features(snap, jobs, speed if heard else 0 * speed, price if heard else 0 * price)
+        # the teacher waits for better machines only on the placement agent's word
+        teacher = teacher_scores(jobs, speed if heard else None, snap.now)
         with torch.no_grad():
             msg = agent.msg if agent is not None else torch.zeros(2 * self.net.hidden)
-            scores, hid, _ = self.net.order(torch.from_numpy(jfeat), msg)
+            scores, hid, _ = self.net.order(torch.from_numpy(jfeat), msg, torch.from_numpy(teacher).float())
         scores = scores.numpy()
-        teacher = teacher_scores(jobs, speed if agent is not None else None, snap.now)
         if self.mode == "teacher":
             action = teacher
         elif self.mode == "sample":

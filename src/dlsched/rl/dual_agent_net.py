@@ -15,6 +15,14 @@ Our reconstruction of Xing et al. (KDD'23), whose text beyond the abstract is no
   logit per machine; machines are picked one at a time until the job's workers are placed.
 - Critic: one value of the global state for both agents (MAPPO's centralised critic).
 
+Both actors are residual policies (our choice): the ordering score is the teacher's score plus a
+learned correction, the placement logits a prior on the teacher's machine plus a learned
+correction, the corrections' last layers starting at zero. An untrained network therefore acts as
+its teachers do (continuous Tiresias with waiting; the speed-aware placement over the GP), and
+reinforcement learning moves it from there. Imitating the teachers through a small network from
+scratch lost 5% of mean JCT against the teachers themselves on held-out workloads, which RL did not
+win back in its budget.
+
 `communicate=False` (an ablation) zeroes both messages.
 """
 
@@ -31,6 +39,9 @@ MACHINE_FEATURES = 6
 PICK_FEATURES = 5
 #: Global inputs of the critic.
 GLOBAL_FEATURES = 8
+#: The placement agent's prior for its teacher's machine (a logit): sampled, it follows the teacher
+#: about 80-90% of the time among 32 machines, so exploration stays near a good placement.
+PRIOR_LOGIT = 5.0
 
 
 def _mlp(inputs: int, hidden: int, out: int) -> nn.Sequential:
@@ -50,7 +61,11 @@ class DualAgentNet(nn.Module):
         self.order_out = nn.Linear(h, 1)
         self.pick = nn.Sequential(nn.Linear(PICK_FEATURES + MACHINE_FEATURES + h + h, h), nn.Tanh(), nn.Linear(h, 1))
         self.critic = nn.Sequential(nn.Linear(GLOBAL_FEATURES + 4 * h, 2 * h), nn.Tanh(), nn.Linear(2 * h, 1))
-        self.log_std = nn.Parameter(torch.tensor(-1.0))  # the ordering agent's score noise (exploration)
+        self.log_std = nn.Parameter(torch.tensor(-2.0))  # the ordering agent's score noise (exploration)
+        # residual heads: zero at the start, so an untrained network acts as its teachers do
+        for head in (self.order_out, self.pick[-1]):
+            nn.init.zeros_(head.weight)
+            nn.init.zeros_(head.bias)
 
     def config(self) -> dict:
         return {"hidden": self.hidden, "communicate": self.communicate}
@@ -63,20 +78,25 @@ class DualAgentNet(nn.Module):
         return e, msg if self.communicate else torch.zeros_like(msg)
 
     # ------------------------------------------------------------------ ordering
-    def order(self, jfeat: torch.Tensor, msg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Scores (J,), the job messages (J, h) and the squeezed job context (2h,)."""
+    def order(self, jfeat: torch.Tensor, msg: torch.Tensor, prior: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Scores (J,) = the teacher's score (`prior`) + the learned correction, the job messages
+        (J, h) and the squeezed job context (2h,)."""
         e = self.job_enc(jfeat)
         ctx = torch.cat([e.mean(0), e.max(0).values])
         x = torch.cat([e, ctx.expand(len(e), -1), msg.expand(len(e), -1)], 1)
         hid = self.order_head(x)
-        return self.order_out(hid).squeeze(-1), hid if self.communicate else torch.zeros_like(hid), ctx
+        return prior + self.order_out(hid).squeeze(-1), hid if self.communicate else torch.zeros_like(hid), ctx
 
     # ------------------------------------------------------------------ placement
     def pick_logits(self, pfeat: torch.Tensor, mfeat: torch.Tensor, menc: torch.Tensor, job_msg: torch.Tensor,
-                    mask: torch.Tensor) -> torch.Tensor:
-        """Masked logits over machines for one pick of one job."""
+                    mask: torch.Tensor, prior: int) -> torch.Tensor:
+        """Masked logits over machines for one pick of one job: PRIOR_LOGIT on the teacher's machine
+        (`prior`) + the learned correction."""
         x = torch.cat([pfeat, mfeat, menc, job_msg.expand(len(pfeat), -1)], 1)
-        return self.pick(x).squeeze(-1).masked_fill(~mask, -1e9)
+        logits = self.pick(x).squeeze(-1)
+        bonus = torch.zeros_like(logits)
+        bonus[prior] = PRIOR_LOGIT
+        return (logits + bonus).masked_fill(~mask, -1e9)
 
     # ------------------------------------------------------------------ critic
     def value(self, gfeat: torch.Tensor, ctx: torch.Tensor, msg: torch.Tensor) -> torch.Tensor:

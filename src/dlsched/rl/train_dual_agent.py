@@ -82,7 +82,7 @@ def _evaluate(net: DualAgentNet, step: Step, variant: str):
     ctx, hid = torch.zeros(2 * h), None
     logp_o = bc_o = torch.zeros(())
     if step.jobs is not None:
-        scores, hid, ctx = net.order(torch.from_numpy(step.jobs), msg)
+        scores, hid, ctx = net.order(torch.from_numpy(step.jobs), msg, torch.from_numpy(step.order_teacher).float())
         if variant in LEARNS_ORDER:
             logp_o = Normal(scores, net.log_std.exp()).log_prob(torch.from_numpy(step.order_action).float()).sum()
             bc_o = ((scores - torch.from_numpy(step.order_teacher).float()) ** 2).mean()
@@ -91,7 +91,7 @@ def _evaluate(net: DualAgentNet, step: Step, variant: str):
         for pick in step.picks.values():
             jm = hid[pick.job_pos] if hid is not None and pick.job_pos >= 0 else torch.zeros(h)
             for pf, mask, a, t in zip(pick.features, pick.masks, pick.actions, pick.teacher):
-                logits = net.pick_logits(torch.from_numpy(pf), mf, menc, jm, torch.from_numpy(mask))
+                logits = net.pick_logits(torch.from_numpy(pf), mf, menc, jm, torch.from_numpy(mask), t)
                 lp = torch.log_softmax(logits, 0)
                 logp_p = logp_p + lp[a]
                 bc_p = bc_p - lp[t]

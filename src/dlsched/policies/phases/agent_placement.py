@@ -130,7 +130,7 @@ class AgentPlacement:
                 teach = lesson[i]
             else:
                 teach = teacher_pick(aff, self.mu, self.sd, room, remaining, mask)
-            a = teach if self.mode == "teacher" else self._choose(pf, msg, mask)
+            a = teach if self.mode == "teacher" else self._choose(pf, msg, mask, teach)
             pick.features.append(pf)
             pick.masks.append(mask)
             pick.actions.append(a)
@@ -155,10 +155,10 @@ class AgentPlacement:
             self.step.acted = True
         return alloc
 
-    def _choose(self, pf: np.ndarray, msg: torch.Tensor, mask: np.ndarray) -> int:
+    def _choose(self, pf: np.ndarray, msg: torch.Tensor, mask: np.ndarray, teach: int) -> int:
         with torch.no_grad():
             logits = self.net.pick_logits(torch.from_numpy(pf), torch.from_numpy(self.mfeat), self.menc, msg,
-                                          torch.from_numpy(mask))
+                                          torch.from_numpy(mask), teach)
         if self.mode == "greedy":
             return int(torch.argmax(logits))
         p = torch.softmax(logits, 0).numpy().astype(float)
