@@ -107,3 +107,14 @@ def test_model_files_round_trip_and_bad_ones_are_config_errors(tmp_path):
         dual_agent("both")
     with pytest.raises(ConfigError, match="no Dual-Agent-style model"):
         dual_agent("full", model=str(tmp_path / "missing.pt"))
+
+
+def test_an_untrained_network_acts_as_its_teachers_do():
+    """Residual actors: the learned corrections start at zero, so greedy decisions are the
+    teachers' (continuous Tiresias with waiting; the speed-aware placement over the GP)."""
+    runs = {}
+    for mode in ("teacher", "greedy"):
+        res = simulate(_jobs(20, seed=3), _cluster(), build("full", DualAgentNet(hidden=8), mode), ByType(),
+                       node_events=EVENTS)
+        runs[mode] = res.jobs.set_index("job_id")[["start", "end", "fee"]]
+    assert runs["greedy"].equals(runs["teacher"])
