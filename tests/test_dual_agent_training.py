@@ -57,6 +57,8 @@ def test_the_experiment_pairs_policies_by_seed_and_checks_the_claims(tmp_path):
     assert r.loc["gavel-style", "mean_jct_h"] == pytest.approx(want.mean())
     text = (tmp_path / "out" / "RESULTS.md").read_text()
     assert "gavel-style" in text and "not measured" in text  # claims whose policies did not run say so
+    assert all(v in ("HOLDS", "POINT ESTIMATE ONLY (95% interval includes 1)", "DOES NOT HOLD", "not measured")
+               for _, v, _ in res["claims"])
 
 
 def test_variability_gives_speed_factors_events_and_prices_on_any_run():

@@ -221,8 +221,8 @@ def dual_agent_experiment(
         res = exp.run_experiment(out, scenarios=names, seeds=seeds, jobs=jobs, policies=chosen,
                                  models=str(models) if models else None, workers=workers, address=ray_address,
                                  on_step=step)
-    for claim, held, figs in res["claims"]:
-        _console.print(f"{'HOLDS' if held else 'not measured' if held is None else 'DOES NOT HOLD'}: {claim} ({figs})")
+    for claim, verdict, figs in res["claims"]:
+        _console.print(f"{verdict}: {claim} ({figs})")
     _console.print(f"wrote {out / 'RESULTS.md'}")
 
 
