@@ -38,7 +38,7 @@ class Cluster:
     node_names: tuple[str, ...]
     network: Network = field(default_factory=Network)
     # USD per GPU-hour of each node (its GPU type's rental price): a job's fee is the GPU-hours it
-    # held × these prices. None: the cluster has no prices (every fee is 0).
+    # held × these prices. None: the cluster has no prices (no fee is reported).
     price: np.ndarray | None = None
     # derived facts (feasibility of a demand shape, ...) memoised per cluster; never part of identity
     memo: dict = field(default_factory=dict, repr=False, compare=False)
