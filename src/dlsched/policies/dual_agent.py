@@ -77,9 +77,9 @@ class DualAgent(Policy):
     interval = DECISION_INTERVAL
 
     def __init__(self, net: DualAgentNet, placement, mode: str = "greedy", trajectory: Trajectory | None = None,
-                 name: str = "dual-agent", notes: str = ""):
+                 name: str = "dual-agent", notes: list[str] | None = None):
         self.net, self.placement, self.mode, self.trajectory = net, placement, mode, trajectory
-        self.name, self.notes = name, notes
+        self.name, self.notes = name, list(notes or [])
         self.rng = np.random.default_rng(0)
         self._last = -1.0
 
@@ -183,7 +183,13 @@ def trained(variant: str = "full", model: str | None = None, name: str | None = 
         raise ConfigError(f"no Dual-Agent-style model at {path}: train one with `dlsched train dual-agent`") from None
     if meta.get("variant", variant) != variant:
         raise ConfigError(f"{path} was trained as variant {meta.get('variant')!r}, not {variant!r}")
-    return build(variant, net, name=name)
+    policy = build(variant, net, name=name)
+    minutes = meta.get("training_seconds", 0.0) / 60.0
+    note = (f"{policy.name}: model {path.name} (variant {variant}, trained {minutes:.1f} min on heterogeneous, "
+            "fluctuating Gavel-matrix scenarios); machine speeds are learned from what jobs' workers measure")
+    if isinstance(policy, DualAgent):
+        policy.notes.append(note)
+    return policy
 
 
 def dual_agent(variant: str = "full", model: str | None = None) -> Policy:
