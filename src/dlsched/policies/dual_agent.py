@@ -40,8 +40,8 @@ from dlsched.estimators.rwgp import RWOUGP
 from dlsched.policies.phases.agent_placement import AgentPlacement
 from dlsched.policies.phases.realise import realise
 from dlsched.policies.phases.speed_aware import SpeedAwarePlacement
-from dlsched.policies.tiresias import Tiresias
-from dlsched.rl.dual_agent_features import MAX_WAIT_S, TIRESIAS_THRESHOLDS, global_features, job_features, machine_features, teacher_scores
+from dlsched.policies.tiresias import THRESHOLDS, Tiresias
+from dlsched.rl.dual_agent_features import MAX_WAIT_S, global_features, job_features, machine_features, teacher_scores
 from dlsched.rl.dual_agent_net import DualAgentNet
 from dlsched.rl.model_io import load_model, save_model
 from dlsched.rl.dual_agent_trajectory import Trajectory
@@ -108,7 +108,7 @@ class DualAgent(Policy):
         heard = self.net.communicate and agent is not None
         jfeat = job_features(snap, jobs, speed if heard else 0 * speed, price if heard else 0 * price)
         # the teacher waits for better machines only on the placement agent's word
-        teacher = teacher_scores(jobs, speed if heard else None, snap.now)
+        teacher = teacher_scores(jobs, speed if heard else None)
         with torch.no_grad():
             msg = agent.msg if agent is not None else torch.zeros(2 * self.net.hidden)
             scores, hid, _ = self.net.order(torch.from_numpy(jfeat), msg, torch.from_numpy(teacher).float())
@@ -167,7 +167,7 @@ def build(variant: str, net: DualAgentNet, mode: str = "greedy", trajectory: Tra
         return DualAgent(net, SpeedAwarePlacement("gavel-style"), mode, trajectory, label)
     placement = AgentPlacement(net, estimate_for(variant), mode, trajectory)
     if variant == "placement-only":  # Tiresias' own ordering over the placement agent
-        return Named(Tiresias(TIRESIAS_THRESHOLDS, 8.0, placement), label)
+        return Named(Tiresias(THRESHOLDS, 8.0, placement), label)
     return DualAgent(net, placement, mode, trajectory, label)
 
 

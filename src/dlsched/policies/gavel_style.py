@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from dlsched.core.policy import Named, Policy
 from dlsched.policies.phases.speed_aware import SpeedAwarePlacement
-from dlsched.policies.tiresias import Tiresias
+from dlsched.policies.tiresias import THRESHOLDS, Tiresias
 
 
 def gavel_style(
     per_dollar: bool = False,
-    thresholds: tuple[float, ...] = (3250.0, 7200.0, 18000.0),
+    thresholds: tuple[float, ...] = THRESHOLDS,
     promote_knob: float = 8.0,
 ) -> Policy:
     """Tiresias ordering + type-throughput placement; `per_dollar`: rate per USD/hour when priced."""

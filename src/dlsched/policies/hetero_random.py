@@ -16,7 +16,7 @@ from dlsched.core.cluster import Cluster
 from dlsched.core.job import JobSpec
 from dlsched.core.policy import Named, Policy
 from dlsched.framework.packing import _EPS, eligible
-from dlsched.policies.tiresias import Tiresias
+from dlsched.policies.tiresias import THRESHOLDS, Tiresias
 
 
 class RandomPlacement:
@@ -53,6 +53,6 @@ class RandomPlacement:
         return Allocation.of(have) if have else None
 
 
-def random_place(thresholds: tuple[float, ...] = (3250.0, 7200.0, 18000.0), promote_knob: float = 8.0) -> Policy:
+def random_place(thresholds: tuple[float, ...] = THRESHOLDS, promote_knob: float = 8.0) -> Policy:
     """Tiresias 2D-LAS ordering with random placement (`tiresias-random`)."""
     return Named(Tiresias(tuple(thresholds), promote_knob, RandomPlacement()), "tiresias-random")

@@ -18,7 +18,7 @@ import math
 from dlsched.core.policy import Named, Policy
 from dlsched.estimators.node_speeds import RunningMeanSpeeds
 from dlsched.policies.phases.speed_aware import SpeedAwarePlacement
-from dlsched.policies.tiresias import Tiresias
+from dlsched.policies.tiresias import THRESHOLDS, Tiresias
 
 
 def pal_style(
@@ -26,7 +26,7 @@ def pal_style(
     risk: float = 0.0,
     per_dollar: bool = False,
     resolution: float = 0.1,
-    thresholds: tuple[float, ...] = (3250.0, 7200.0, 18000.0),
+    thresholds: tuple[float, ...] = THRESHOLDS,
     promote_knob: float = 8.0,
 ) -> Policy:
     """Tiresias ordering + placement by type throughput × measured machine speed (`halflife_s`:

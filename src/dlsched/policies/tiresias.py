@@ -176,8 +176,13 @@ class Tiresias(Policy):
         return e if e is not None and e.token == item[3] and not e.running and e.q > 0 else None
 
 
+#: Tiresias' queue thresholds in attained GPU-seconds (Q0 below 3250, ...): every policy ordered
+#: by Tiresias, and the Dual-Agent-style ordering teacher, use these.
+THRESHOLDS: tuple[float, ...] = (3250.0, 7200.0, 18000.0)
+
+
 def tiresias(
-    thresholds: tuple[float, ...] = (3250.0, 7200.0, 18000.0),
+    thresholds: tuple[float, ...] = THRESHOLDS,
     promote_knob: float = 8.0,
     placement: str = "pack",
 ) -> Tiresias:
@@ -187,6 +192,6 @@ def tiresias(
     return Tiresias(tuple(thresholds), promote_knob, PLACEMENTS[placement])
 
 
-def tiresias_ll(thresholds: tuple[float, ...] = (3250.0, 7200.0, 18000.0), promote_knob: float = 8.0) -> Policy:
+def tiresias_ll(thresholds: tuple[float, ...] = THRESHOLDS, promote_knob: float = 8.0) -> Policy:
     """Tiresias ordering with DL2's least-loaded placement: a heterogeneity-blind baseline."""
     return Named(tiresias(thresholds, promote_knob, placement="least-loaded"), "tiresias-ll")

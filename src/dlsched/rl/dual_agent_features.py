@@ -30,9 +30,10 @@ from dlsched.core.cluster import GPU, Cluster
 from dlsched.core.job import JobSpec
 from dlsched.core.snapshot import JobState, Snapshot
 from dlsched.framework.packing import eligible, fit_count
+from dlsched.policies.phases.queues import queue_of
+from dlsched.policies.tiresias import THRESHOLDS
 from dlsched.rl.dual_agent_net import GLOBAL_FEATURES, JOB_FEATURES, MACHINE_FEATURES, PICK_FEATURES
 
-TIRESIAS_THRESHOLDS = (3250.0, 7200.0, 18000.0)
 FIT_BONUS = 0.1  # the placement teacher's preference for one machine over several (log speed)
 RISK = 0.5  # the placement teacher plans with mean - RISK * sd of the log speed
 PRICE_WEIGHT = 0.4  # ... and maximises predicted rate / (USD per hour)^PRICE_WEIGHT
@@ -114,12 +115,7 @@ def teacher_pick(aff: np.ndarray, mu: np.ndarray, sd: np.ndarray, room: np.ndarr
     return int(np.argmax(np.where(mask, score, -np.inf)))
 
 
-def tiresias_queue(job: JobState) -> int:
-    a = job.attained_service
-    return sum(a >= t for t in TIRESIAS_THRESHOLDS)
-
-
-def teacher_scores(jobs: list[JobState], speed: np.ndarray | None = None, now: float = 0.0) -> np.ndarray:
+def teacher_scores(jobs: list[JobState], speed: np.ndarray | None = None) -> np.ndarray:
     """Continuous Tiresias (queue first, lower is better; running ahead within a queue; then
     first come first served), all >= 0: every job is offered. With the placement agent's word
     (`speed`: the best relative speed a machine with room offers each job now), a waiting job that
@@ -128,7 +124,7 @@ def teacher_scores(jobs: list[JobState], speed: np.ndarray | None = None, now: f
     if not jobs:
         return np.zeros(0)
     ranks = np.argsort(np.argsort([j.rank for j in jobs])) / max(len(jobs), 1)
-    out = np.array([4.0 - float(tiresias_queue(j)) + 0.5 * (j.allocation is not None) - 0.4 * r
+    out = np.array([4.0 - float(queue_of(THRESHOLDS, j.attained_service)) + 0.5 * (j.allocation is not None) - 0.4 * r
                     for j, r in zip(jobs, ranks)])
     if speed is not None:
         for i, j in enumerate(jobs):

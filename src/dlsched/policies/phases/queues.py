@@ -110,6 +110,13 @@ class Line:
             yield self._jobs[jid][0]
 
 
+def queue_of(thresholds: tuple[float, ...], service: float, q: int = 0) -> int:
+    """The queue of a job with `service` attained GPU-seconds, looking from queue `q` down."""
+    while q < len(thresholds) and service + SVC_TOL >= thresholds[q]:
+        q += 1
+    return q
+
+
 class MLFQ:
     """Queues 0..len(thresholds) of `Entry`s (see the module docstring)."""
 
@@ -130,9 +137,7 @@ class MLFQ:
         self._fresh = True
 
     def queue_of(self, service: float, q: int = 0) -> int:
-        while q < len(self.thresholds) and service + SVC_TOL >= self.thresholds[q]:
-            q += 1
-        return q
+        return queue_of(self.thresholds, service, q)
 
     # ------------------------------------------------------------------ waiting lines
     def wait(self, e: Entry, front: bool = False) -> None:
