@@ -42,16 +42,16 @@ class AgentPlacement:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.net, self.estimate, self.mode, self.trajectory = net, estimate, mode, trajectory
-        # the teacher: the speed-aware placement planning with the same estimate (mean - RISK × sd)
-        self.teacher = SpeedAwarePlacement("teacher", None if estimate is None else _Told(estimate), risk=RISK,
-                                           price_weight=PRICE_WEIGHT)
+        # the teacher: the speed-aware placement planning with the same estimate (mean - RISK × sd);
+        # it feeds and resets the estimate for both of them
+        self.teacher = SpeedAwarePlacement("teacher", estimate, risk=RISK, price_weight=PRICE_WEIGHT)
         self.rng = np.random.default_rng(0)
         self.reset()
 
     def reset(self) -> None:
-        if self.estimate is not None:
-            self.estimate.reset()
+        self.teacher.reset()
         self.affinity = Affinity()
+        self._cluster: Cluster | None = None
         self.messages: dict[str, tuple[int, torch.Tensor]] = {}  # job id -> (row, ordering agent's message)
         self.step: Step | None = None
         self._last = -1.0
@@ -62,30 +62,35 @@ class AgentPlacement:
     # ------------------------------------------------------------------ once per decision
     def observe(self, snap: Snapshot) -> None:
         c = snap.cluster
+        self.teacher.observe(snap)  # the estimate learns what the snapshot shows
         if self.estimate is not None:
-            self.estimate.observe(snap)
             mean, sd = self.estimate.speeds(snap.now, c)
             self.mu, self.sd = np.log(mean), np.asarray(sd, dtype=float)
         else:
             self.mu, self.sd = np.zeros(c.num_nodes), np.zeros(c.num_nodes)
-        self.snap, self.types = snap, np.array([str(t) for t in c.gpu_type.tolist()], dtype=object)
+        if c is not self._cluster:
+            self._cluster, self.types = c, np.array([str(t) for t in c.gpu_type.tolist()], dtype=object)
+        self.snap = snap
         self.mfeat = machine_features(snap, self.mu, self.sd, np.asarray(snap.free))
         with torch.no_grad():
             self.menc, self.msg = self.net.machines(torch.from_numpy(self.mfeat))
         self.messages = {}
-        self.teacher.observe(snap)
         if self.trajectory is not None:
             since = snap.now - self._last if self._last >= 0 else 0.0
             self.step = self.trajectory.begin(snap, self.mfeat, global_features(snap, self.mu, self.sd,
                                                                                np.asarray(snap.free), since))
         self._last = snap.now
 
+    def _planned(self, spec: JobSpec) -> np.ndarray:
+        """(N,) log of the job's planned relative speed on each machine: type affinity + the
+        estimate's mean less RISK × its sd (as the teacher plans)."""
+        return self.affinity.of(self.snap.profile, spec, self.snap.cluster) + self.mu - RISK * self.sd
+
     def predicted(self, spec: JobSpec, free: np.ndarray) -> tuple[float, float]:
         """The placement agent's word on a job for the ordering agent: the best relative speed a
         machine with room offers it now (type affinity × planned speed) and that machine's price share."""
-        c = self.snap.cluster
-        score = self.affinity.of(self.snap.profile, spec, c) + self.mu - 0.5 * self.sd
-        ok = worker_room(free, spec, c) > 0
+        score = self._planned(spec)
+        ok = worker_room(free, spec, self.snap.cluster) > 0
         if not ok.any():
             return 0.0, 0.0
         i = int(np.argmax(np.where(ok, score, -np.inf)))
@@ -93,7 +98,7 @@ class AgentPlacement:
 
     def running_speed(self, spec: JobSpec, alloc: Allocation) -> tuple[float, float]:
         """The same for a running job on its own machines (its slowest one)."""
-        score = self.affinity.of(self.snap.profile, spec, self.snap.cluster) + self.mu - 0.5 * self.sd
+        score = self._planned(spec)
         nodes = list(alloc.nodes)
         return float(np.exp(score[nodes].min())), float(self.mfeat[nodes, 4].max())
 
@@ -182,19 +187,3 @@ class AgentPlacement:
             if left == 0:
                 return True
         return False
-
-
-class _Told:
-    """A speed estimate the placement agent feeds itself, as the teacher sees it: reading, not feeding."""
-
-    def __init__(self, estimate):
-        self.estimate = estimate
-
-    def observe(self, snap: Snapshot) -> None:
-        pass
-
-    def reset(self) -> None:
-        pass
-
-    def speeds(self, now: float, cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
-        return self.estimate.speeds(now, cluster)
