@@ -190,18 +190,12 @@ def dual_agent_experiment(
     communication, no GP, no fluctuation-awareness), on scenarios from homogeneous and steady to
     strongly heterogeneous and fluctuating. Mean JCT and total fee, paired by seed, 95% intervals;
     RESULTS.md says which of the issue's claims hold."""
-    import os
-
+    from dlsched.cli_support import use_shared_traces
     from dlsched.core.errors import ConfigError
     from dlsched.experiments import dual_agent as exp
     from dlsched.hetero.scenarios import SCENARIOS
-    from dlsched.paths import traces_dir
 
-    root = traces_dir(traces)
-    if root is None:
-        raise ConfigError("this experiment needs the shared traces (Gavel's throughput matrix and jobs): "
-                          "pass --traces or set DLSCHED_TRACES")
-    os.environ["DLSCHED_TRACES"] = str(root)
+    use_shared_traces(traces, "this experiment")
     names = tuple(x.strip() for x in scenarios.split(",") if x.strip())
     bad = [x for x in names if x not in SCENARIOS]
     if bad or not names:

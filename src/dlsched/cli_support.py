@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import wraps
+from pathlib import Path
 from typing import Any, Callable
 
 import typer
@@ -53,3 +54,20 @@ def friendly(fn: Callable) -> Callable:
             raise typer.Exit(2) from None
 
     return wrapper
+
+
+def use_shared_traces(traces: Path | str | None, what: str) -> Path:
+    """The shared traces folder a command cannot run without (`--traces`, $DLSCHED_TRACES or the
+    checkout's), exported as $DLSCHED_TRACES so that the models, workloads and worker processes it
+    starts all read the same one; a one-line error naming `what` needs it when there is none."""
+    import os
+
+    from dlsched.core.errors import ConfigError
+    from dlsched.paths import traces_dir
+
+    root = traces_dir(traces)
+    if root is None:
+        raise ConfigError(f"{what} needs the shared traces (Gavel's throughput matrix and jobs): pass --traces or "
+                          "set DLSCHED_TRACES")
+    os.environ["DLSCHED_TRACES"] = str(root)
+    return root

@@ -9,7 +9,38 @@ from typing import Callable, Iterator, Optional
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from dlsched.cli_support import console, err_console, friendly
+from dlsched.cli_support import console, err_console, friendly, use_shared_traces
+
+def _overridden(cfg, updates: dict):
+    """`cfg` with the command line's values (None: not given) on top, validated as the file is."""
+    from pydantic import ValidationError
+
+    from dlsched.config import validation_problems
+    from dlsched.core.errors import ConfigError
+
+    updates = {k: v for k, v in updates.items() if v is not None}
+    if not updates:
+        return cfg
+    try:
+        return type(cfg)(**{**cfg.model_dump(), **updates})
+    except ValidationError as exc:
+        raise ConfigError("; ".join(validation_problems(exc))) from None
+
+
+def _training_folder(out: Optional[Path], default: str, resume: bool, overwrite: bool) -> Path:
+    """Where a training writes: with --resume the folder given (its checkpoint is the state to
+    continue), else a fresh one (`OutputFolder`: never an earlier model replaced silently)."""
+    from dlsched.output_folder import OutputFolder, check_writable_folder
+
+    if resume:
+        out = out or Path(default)
+        check_writable_folder(out)
+        return out
+    out, moved = OutputFolder(out, default, overwrite).claim()
+    if moved:
+        console.print(f"[bold]output[/] {moved}", highlight=False, soft_wrap=True)
+    return out
+
 
 @contextmanager
 def _phases() -> Iterator[Callable[[str, int, int, str], None]]:
@@ -59,11 +90,9 @@ def train_dl2_cmd(
     from dlsched.policies.dl2 import DL2Policy
     from dlsched.policies.registry import make_policy
     from dlsched.rl.train_dl2 import DL2TrainConfig, train_dl2
-    from pydantic import ValidationError
 
-    from dlsched.config import read_yaml_model, validation_problems
+    from dlsched.config import read_yaml_model
     from dlsched.core.errors import ConfigError
-    from dlsched.output_folder import OutputFolder, check_writable_folder
     from dlsched.paths import traces_dir
 
     cfg = read_yaml_model(config, DL2TrainConfig, "DL2 training config") if config else DL2TrainConfig()
@@ -77,19 +106,9 @@ def train_dl2_cmd(
         updates.update(workloads="trace", trace_files=files)
     if ray_address is not None:
         updates["rollout_backend"] = "ray"
-    if updates:
-        try:
-            cfg = DL2TrainConfig(**{**cfg.model_dump(), **updates})
-        except ValidationError as exc:
-            raise ConfigError("; ".join(validation_problems(exc))) from None
+    cfg = _overridden(cfg, updates)
     cfg.check_workloads(root)  # a missing or too small trace: one line before anything starts
-    if resume:  # the folder is the training's state: continue there
-        out = out or Path("dl2-training")
-        check_writable_folder(out)
-    else:
-        out, moved = OutputFolder(out, "dl2-training", overwrite).claim()
-        if moved:
-            console.print(f"[bold]output[/] {moved}", highlight=False, soft_wrap=True)
+    out = _training_folder(out, "dl2-training", resume, overwrite)
     with _phases() as progress:
         meta = train_dl2(cfg, out, teacher=lambda: make_policy(cfg.teacher), student=DL2Policy, traces=root,
                          resume=resume, progress=progress)
@@ -114,40 +133,18 @@ def train_dual_agent_cmd(
                                           "Philly-derived jobs). Default: $DLSCHED_TRACES, else ../shared/traces beside the checkout."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Train afresh in an --out folder that already holds files."),
 ) -> None:
-    """Train a Dual-Agent-style scheduler: the teachers' decisions imitated (continuous Tiresias
-    ordering, the GP's fastest-machine placement), then MAPPO-style joint training of the ordering
+    """Train a Dual-Agent-style scheduler: residual actors over teachers (continuous Tiresias
+    ordering that may wait for a better machine; the speed-aware placement over the GP), then MAPPO-style joint training of the ordering
     and placement agents with one shared critic, on seeded heterogeneous, fluctuating clusters
     (docs/DUAL_AGENT.md). Validated on held-out seeds; the best network is kept. Resumable."""
-    import os
-
-    from pydantic import ValidationError
-
-    from dlsched.config import read_yaml_model, validation_problems
-    from dlsched.core.errors import ConfigError
-    from dlsched.output_folder import OutputFolder, check_writable_folder
-    from dlsched.paths import traces_dir
+    from dlsched.config import read_yaml_model
     from dlsched.rl.dual_agent_config import DualAgentTrainConfig
     from dlsched.rl.train_dual_agent import train
 
     cfg = read_yaml_model(config, DualAgentTrainConfig, "Dual-Agent training config") if config else DualAgentTrainConfig()
-    updates = {k: v for k, v in (("variant", variant), ("rl_iterations", rl_iterations)) if v is not None}
-    if updates:
-        try:
-            cfg = DualAgentTrainConfig(**{**cfg.model_dump(), **updates})
-        except ValidationError as exc:
-            raise ConfigError("; ".join(validation_problems(exc))) from None
-    root = traces_dir(traces)
-    if root is None:
-        raise ConfigError("training needs the shared traces (Gavel's throughput matrix and jobs): pass --traces or "
-                          "set DLSCHED_TRACES")
-    os.environ["DLSCHED_TRACES"] = str(root)
-    if resume:
-        out = out or Path("dual-agent-training")
-        check_writable_folder(out)
-    else:
-        out, moved = OutputFolder(out, "dual-agent-training", overwrite).claim()
-        if moved:
-            console.print(f"[bold]output[/] {moved}", highlight=False, soft_wrap=True)
+    cfg = _overridden(cfg, {"variant": variant, "rl_iterations": rl_iterations})
+    use_shared_traces(traces, "training")
+    out = _training_folder(out, "dual-agent-training", resume, overwrite)
     with _phases() as progress:
         meta = train(cfg, out, resume=resume, progress=progress)
     console.print(f"trained {cfg.variant!r} in {meta['training_seconds'] / 60:.1f} min; validation score (mean JCT h + "
