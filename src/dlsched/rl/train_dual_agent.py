@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch.distributions import Normal
 
+from dlsched.core.errors import ConfigError
 from dlsched.policies.dual_agent import build, save
 from dlsched.rl.dual_agent_config import DualAgentTrainConfig, episode
 from dlsched.rl.dual_agent_net import DualAgentNet
@@ -202,7 +203,6 @@ def train(cfg: DualAgentTrainConfig, out: Path, resume: bool = False,
         was, now = dict(blob["config"]), cfg.model_dump(mode="json")
         was.pop("rl_iterations", None)
         if was != {k: v for k, v in now.items() if k != "rl_iterations"}:
-            from dlsched.core.errors import ConfigError
             raise ConfigError(f"{ckpt_path} was written with another config: resume with the same one "
                               "(only rl_iterations may grow, to train further)")
         net.load_state_dict(blob["net"])
@@ -210,10 +210,13 @@ def train(cfg: DualAgentTrainConfig, out: Path, resume: bool = False,
         state = blob["state"]
     started = time.monotonic() - state["seconds"]
     lo, hi = cfg.train_seeds
-    rng = np.random.default_rng(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)  # which scenario each RL episode plays
+    if "rng" in state:  # a resumed run draws on where it stopped
+        rng.bit_generator.state = state["rng"]
 
     def save_checkpoint() -> None:
         state["seconds"] = time.monotonic() - started
+        state["rng"] = rng.bit_generator.state
         tmp = ckpt_path.with_suffix(".tmp")
         torch.save({"config": cfg.model_dump(mode="json"), "net": net.state_dict(), "opt": opt.state_dict(),
                     "state": state}, tmp)
