@@ -21,17 +21,19 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from dlsched.hetero.scenarios import SCENARIOS
 from dlsched.metrics.table import markdown_table
+from dlsched.policies.registry import HETERO_BASELINES
 from dlsched.sweep.cell import CellResult, content_key
 from dlsched.sweep.report import t_interval
 from dlsched.sweep.runner import run_afresh, when_groups_finish
 
-HEURISTICS = ("tiresias-ll", "tiresias-random", "gavel-style", "pal-style")
+HEURISTICS = HETERO_BASELINES
 #: policy name -> variant of `policies.dual_agent` ("teachers": the warm-up's teachers, untrained)
 LEARNED = {"dual-agent": "full", "dual-agent-no-comm": "no-comm", "dual-agent-no-gp": "no-gp",
            "dual-agent-static-gp": "static-gp", "ordering-agent-only": "ordering-only",
            "placement-agent-only": "placement-only", "dual-agent-teachers": "teachers"}
-SCENARIO_ORDER = ("homogeneous-steady", "types", "static", "fluctuating", "strong")
+SCENARIO_ORDER = tuple(SCENARIOS)  # homogeneous and steady first, strongest last
 REFERENCE = "dual-agent"
 #: the claims the issue asks this experiment to check, on the heterogeneous, fluctuating scenario
 MUST_BEAT = ("tiresias-ll", "gavel-style", "ordering-agent-only", "placement-agent-only")
