@@ -43,40 +43,48 @@ MAX_WAIT_S = 8 * 3600.0  # ... for at most this long
 
 class Affinity:
     """A job's speed on each GPU type relative to its best type, at its requested size, from the
-    type-level profile (1 everywhere without one), cached per (model, size, type)."""
+    type-level profile (1 everywhere without one). The (N,) array is made once per (model, size)
+    and cluster: it is read for every job at every decision, and on 1,213 machines rebuilding it
+    node by node each time was most of a decision."""
 
     def __init__(self) -> None:
-        self._cache: dict[tuple, float] = {}
+        self._cache: dict[tuple, np.ndarray] = {}
         self._cluster: Cluster | None = None
-        self._rep: dict[str, int] = {}
+        self._profile = None
 
     def of(self, profile, spec: JobSpec, cluster: Cluster) -> np.ndarray:
-        """(N,) log affinity of `spec` for each node's GPU type (0 = its best type)."""
-        if cluster is not self._cluster:
-            self._cluster, self._cache = cluster, {}
-            self._rep = {}
-            for i, t in enumerate(cluster.gpu_type.tolist()):
-                self._rep.setdefault(str(t), i)
-            self._types = np.array([str(t) for t in cluster.gpu_type.tolist()], dtype=object)
+        """(N,) log affinity of `spec` for each node's GPU type (0 = its best type); read-only."""
+        if cluster is not self._cluster or profile is not self._profile:
+            self._cluster, self._profile, self._cache = cluster, profile, {}
+            names, self._index = np.unique(np.array([str(t) for t in cluster.gpu_type.tolist()], dtype=object),
+                                           return_inverse=True)
+            self._rep = {str(t): int(np.argmax(self._index == k)) for k, t in enumerate(names)}  # first node of each
+            self._zeros = np.zeros(cluster.num_nodes)
+            self._zeros.setflags(write=False)
         if profile is None:
-            return np.zeros(cluster.num_nodes)
+            return self._zeros
+        key = (spec.model, spec.arch, spec.num_workers, spec.num_ps)
+        out = self._cache.get(key)
+        if out is None:
+            out = self._cache[key] = self._compute(profile, spec, cluster)
+        return out
+
+    def _compute(self, profile, spec: JobSpec, cluster: Cluster) -> np.ndarray:
         rates = {}
         for t, node in self._rep.items():
-            key = (spec.model, spec.arch, spec.num_workers, spec.num_ps, t)
-            if key not in self._cache:
-                try:  # at the job's own size, all on one machine of the type
-                    r = float(profile.rate(spec, Allocation.single_node(node, spec.num_workers, spec.num_ps), cluster))
-                except Exception:  # a model that cannot price this type: treat it as average
-                    r = float("nan")
-                self._cache[key] = r
-            rates[t] = self._cache[key]
+            try:  # at the job's own size, all on one machine of the type
+                rates[t] = float(profile.rate(spec, Allocation.single_node(node, spec.num_workers, spec.num_ps), cluster))
+            except Exception:  # a model that cannot price this type: treat it as average
+                rates[t] = float("nan")
         finite = [r for r in rates.values() if math.isfinite(r) and r > 0]
         best = max(finite) if finite else 1.0
         # a type where the job makes no progress (Gavel measured ResNet-50 at batch 128 on 2+ K80s: 0)
         # is -inf: never picked; one the profile cannot price is taken as 20x slower than the best
-        logs = {t: (math.log(r / best) if r > 0 else -math.inf) if math.isfinite(r) else -3.0
-                for t, r in rates.items()}
-        return np.array([logs[t] for t in self._types.tolist()])
+        logs = np.array([(math.log(r / best) if r > 0 else -math.inf) if math.isfinite(r) else -3.0
+                         for r in rates.values()])
+        out = logs[self._index]
+        out.setflags(write=False)
+        return out
 
 
 def worker_room(free: np.ndarray, spec: JobSpec, cluster: Cluster) -> np.ndarray:
