@@ -88,6 +88,16 @@ class Cluster:
     def gpu_types(self) -> tuple[str, ...]:
         return tuple(sorted({str(t) for t in self.gpu_type if t}))
 
+    def type_groups(self) -> tuple[tuple[str, ...], np.ndarray, np.ndarray]:
+        """(GPU type names, sorted; (N,) index of each node's type in them; the first node of each
+        type), memoised: placements that plan per GPU type read it at every decision."""
+        got = self.memo.get("type_groups")
+        if got is None:
+            names, inverse = np.unique(np.asarray([str(t) for t in self.gpu_type]), return_inverse=True)
+            first = np.array([int(np.flatnonzero(inverse == i)[0]) for i in range(len(names))], dtype=np.int64)
+            got = self.memo["type_groups"] = (tuple(str(n) for n in names), inverse.astype(np.int64), first)
+        return got
+
     def type_mask(self, gpu_type: str | None) -> np.ndarray:
         """Nodes a job with this GPU-type constraint may use (all nodes when unconstrained)."""
         if not gpu_type:

@@ -125,11 +125,8 @@ MAX_JOB_HOURS = 24.0
 
 def _shortened(spec: JobSpec, cluster: Cluster, throughput, hours: float) -> JobSpec:
     """`spec` with at most `hours` of work on its fastest GPU type (one node of it, as profiled)."""
-    reps: dict[str, int] = {}
-    for i, t in enumerate(cluster.gpu_type.tolist()):
-        reps.setdefault(str(t), i)
-    best = max(throughput.rate(spec, Allocation.single_node(n, spec.num_workers, spec.num_ps), cluster)
-               for n in reps.values())
+    best = max(throughput.rate(spec, Allocation.single_node(int(n), spec.num_workers, spec.num_ps), cluster)
+               for n in cluster.type_groups()[2])
     if not best > 0 or spec.iterations <= best * hours * 3600.0:
         return spec
     return replace(spec, iterations=best * hours * 3600.0,

@@ -56,9 +56,8 @@ class Affinity:
         """(N,) log affinity of `spec` for each node's GPU type (0 = its best type); read-only."""
         if cluster is not self._cluster or profile is not self._profile:
             self._cluster, self._profile, self._cache = cluster, profile, {}
-            names, self._index = np.unique(np.array([str(t) for t in cluster.gpu_type.tolist()], dtype=object),
-                                           return_inverse=True)
-            self._rep = {str(t): int(np.argmax(self._index == k)) for k, t in enumerate(names)}  # first node of each
+            names, self._index, first = cluster.type_groups()
+            self._rep = dict(zip(names, first.tolist()))  # a node of each type
             self._zeros = np.zeros(cluster.num_nodes)
             self._zeros.setflags(write=False)
         if profile is None:

@@ -75,17 +75,6 @@ def predicted_rate(
     return float(base) * float(np.min(np.asarray(factors)[list(alloc.nodes)]))
 
 
-def _type_index(cluster: Cluster) -> tuple[tuple[str, ...], np.ndarray, np.ndarray]:
-    """(GPU type names, (N,) type index of each node, first node of each type), memoised per cluster."""
-    key = "speed_aware.types"
-    got = cluster.memo.get(key)
-    if got is None:
-        names, inverse = np.unique(np.asarray([str(t) for t in cluster.gpu_type]), return_inverse=True)
-        first = np.array([int(np.flatnonzero(inverse == i)[0]) for i in range(len(names))], dtype=np.int64)
-        got = cluster.memo[key] = (tuple(str(n) for n in names), inverse.astype(np.int64), first)
-    return got
-
-
 @dataclass
 class SpeedAwarePlacement:
     """Place a job where it is predicted to run fastest (or cheapest per iteration).
@@ -188,7 +177,7 @@ class SpeedAwarePlacement:
         `free` is not changed."""
         if workers <= 0:
             return None
-        names, tidx, first = _type_index(cluster)
+        names, tidx, first = cluster.type_groups()
         mask = eligible(cluster, spec)
         avail = free if mask is None else np.where(mask[:, None], free, 0.0)
         wd, pd = np.asarray(spec.worker_demand, dtype=float), np.asarray(spec.ps_demand, dtype=float)
