@@ -11,6 +11,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dlsched.core.allocation import Allocation
 from dlsched.core.cluster import Cluster
@@ -19,7 +21,7 @@ from dlsched.core.snapshot import Clock, JobState, JobStatus, Snapshot
 from dlsched.estimators.node_speeds import RunningMeanSpeeds
 from dlsched.policies.hetero_random import RandomPlacement
 from dlsched.policies.phases.placement import Pack
-from dlsched.policies.phases.speed_aware import SpeedAwarePlacement, SpeedEstimate, predicted_rate
+from dlsched.policies.phases.speed_aware import PATIENCE_S, SpeedAwarePlacement, SpeedEstimate, predicted_rate
 from dlsched.policies.registry import HETERO_BASELINES, POLICIES, make_policy
 from dlsched.sim.config import SimConfig
 from dlsched.sim.engine import NodeEvent, simulate
@@ -279,3 +281,70 @@ def test_resolution_makes_near_equal_machines_tie_so_best_fit_decides():
     est = Fixed([1.0, 0.97], [0.0, 0.0])
     assert placed(SpeedAwarePlacement(estimate=est), c, free, job(0)).nodes == (0,)
     assert placed(SpeedAwarePlacement(estimate=est, resolution=0.1), c, free, job(0)).nodes == (1,)
+
+
+@settings(max_examples=60, deadline=None)
+@given(free_gpus=st.lists(st.integers(0, 8), min_size=6, max_size=6),
+       racks=st.lists(st.integers(0, 2), min_size=6, max_size=6), workers=st.integers(1, 24))
+def test_with_no_estimate_on_one_gpu_type_it_places_exactly_as_pack(free_gpus, racks, workers):
+    # candidates all tie (no profile, every factor 1), so the tie rule must reproduce Pack's
+    # choice: best-fit single node, else the roomiest rack's roomiest nodes
+    c = Cluster(name="homog", capacity=np.tile([8.0, 48.0, 256.0], (6, 1)), gpu_type=np.array(["a"] * 6, dtype=object),
+                rack=np.array(racks), speed=np.ones(6), node_names=tuple(f"n{i}" for i in range(6)))
+    free = c.capacity.copy()
+    free[:, 0] = free_gpus
+    spec = job(0, workers=workers)
+    assert placed(SpeedAwarePlacement(), c, free, spec, profile=None) == Pack().place(c, free, spec, workers, 0)
+
+
+class CrossRackPenalty(ThroughputModel):
+    """One iteration/s per worker, halved when the workers span two racks."""
+
+    name = "cross-rack"
+
+    def supports(self, spec: JobSpec) -> bool:
+        return True
+
+    def rate(self, spec: JobSpec, alloc: Allocation, cluster: Cluster) -> float:
+        return alloc.num_workers * (0.5 if len(set(cluster.rack[list(alloc.nodes)].tolist())) > 1 else 1.0)
+
+
+def test_the_rate_of_a_rack_local_spread_is_not_taken_for_a_cross_rack_one():
+    # the same tasks per node on two nodes: rack-local and cross-rack must not share a cached rate
+    c = hetero(slow=0, fast=4)
+    c = Cluster(name="racks", capacity=c.capacity, gpu_type=c.gpu_type, rack=np.array([0, 0, 1, 1]),
+                speed=c.speed, node_names=c.node_names)
+    p = SpeedAwarePlacement()
+    p.observe(snap(c, CrossRackPenalty()))
+    spec = job(0, workers=2)
+    assert p.objective(c, spec, Allocation((0, 1), (1, 1), (0, 0)), "fast") == pytest.approx(2.0)
+    assert p.objective(c, spec, Allocation((1, 2), (1, 1), (0, 0)), "fast") == pytest.approx(1.0)
+    free = c.capacity.copy()
+    free[:, 0] = [1.0, 0.0, 1.0, 1.0]  # the first-fit pair (0, 2) crosses racks; (2, 3) does not
+    assert placed(p, c, free, spec, profile=CrossRackPenalty()).nodes == (2, 3)
+
+
+def test_a_waiting_job_declines_a_slow_spread_while_others_run_then_takes_it_when_patience_runs_out():
+    # two 8-GPU nodes on two racks with 4 GPUs free each: an 8-worker job can only start across
+    # racks, at half its packed rate (CrossRackPenalty); it waits for a node to free up instead
+    c = Cluster(name="two-racks", capacity=np.tile([8.0, 48.0, 256.0], (2, 1)), gpu_type=np.array(["a", "a"], dtype=object),
+                rack=np.array([0, 1]), speed=np.ones(2), node_names=("n0", "n1"))
+    free = c.capacity.copy()
+    free[:, 0] = 4.0
+    clock = Clock(0.0)
+    spec = job(0, workers=8)
+    waiting = JobState(spec=spec, index=0, clock=clock, status=JobStatus.PENDING)
+    other = JobState(spec=job(1, workers=8), index=1, clock=clock, status=JobStatus.RUNNING)
+
+    def place(p: SpeedAwarePlacement, waited: float, running=(other,)) -> Allocation | None:
+        waiting._waited = waited
+        p.observe(Snapshot(0.0, c, free, [waiting], list(running), 0.0, profile=CrossRackPenalty()))
+        return p.place(c, free, spec, 8, 0)
+
+    assert place(SpeedAwarePlacement(), 0.0) is None
+    assert place(SpeedAwarePlacement(), PATIENCE_S).nodes == (0, 1)  # waited long enough: it starts
+    assert place(SpeedAwarePlacement(), 0.0, running=()).nodes == (0, 1)  # an idle cluster frees nothing
+    assert place(SpeedAwarePlacement(min_efficiency=0.0), 0.0).nodes == (0, 1)  # patience off
+    assert place(SpeedAwarePlacement(min_efficiency=0.4), 0.0).nodes == (0, 1)  # half speed is enough here
+    with pytest.raises(ValueError, match="min_efficiency"):
+        SpeedAwarePlacement(min_efficiency=1.5)

@@ -162,6 +162,35 @@ def pack(
     return Allocation.from_counts(w_counts, p_counts)
 
 
+def ps_beside(avail: np.ndarray, spec: JobSpec, workers: np.ndarray, worker_nodes: Sequence[int],
+              ps: int, others: np.ndarray | None = None, mask: np.ndarray | None = None) -> np.ndarray | None:
+    """PS counts per node for `ps` parameter servers placed beside a job's workers: on the
+    workers' nodes first (in `worker_nodes` order) in the room the workers leave, then on the
+    other nodes in `others` order (None: the most PS room first; eligible ones only, per `mask`).
+    None when they do not all fit.
+
+    Why one rule: a PS next to its workers talks to them over the fast intra-node link; the
+    placements that choose workers their own way (speed-aware, the learned one) share this step."""
+    room = avail - np.asarray(workers)[:, None] * np.asarray(spec.worker_demand, dtype=float)
+    fits = fit_count(room, np.asarray(spec.ps_demand, dtype=float))
+    if mask is not None:
+        fits = np.where(mask, fits, 0)
+    if others is None:
+        others = np.argsort(-fits, kind="stable")
+    used = set(int(n) for n in worker_nodes)
+    order = [int(n) for n in worker_nodes] + [int(n) for n in others if int(n) not in used]
+    counts = np.zeros(len(avail), dtype=np.int64)
+    left = ps
+    for n in order:
+        if not left:
+            break
+        k = int(min(fits[n], left))
+        if k > 0:
+            counts[n] = k
+            left -= k
+    return None if left else counts
+
+
 def _workers_in_order(order: list[int], fit: list[int], workers: int) -> Allocation:
     """`pack`'s walk when there are no PSs, in plain Python: each node in `order` takes as many
     of the workers still to place as fit there (the caller checked that all of them fit)."""

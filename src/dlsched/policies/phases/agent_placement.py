@@ -22,7 +22,7 @@ from dlsched.core.allocation import Allocation
 from dlsched.core.cluster import Cluster
 from dlsched.core.job import JobSpec
 from dlsched.core.snapshot import Snapshot
-from dlsched.framework.packing import fit_count
+from dlsched.framework.packing import ps_beside
 from dlsched.policies.phases.speed_aware import SpeedAwarePlacement
 from dlsched.rl.dual_agent_features import (
     PRICE_WEIGHT, RISK, Affinity, global_features, machine_features, pick_features, teacher_pick, worker_room,
@@ -148,13 +148,20 @@ class AgentPlacement:
             chosen[a], first = True, self.types[a]
         if self.mode == "teacher" and taught is not None:
             alloc = taught
-        elif ps > 0 and not self._place_ps(cluster, free, spec, have, ps):
-            return None
+        elif ps > 0:  # PSs beside the workers, the shared rule
+            w_all = np.zeros(cluster.num_nodes, dtype=np.int64)
+            w_all[list(have)] = [w for w, _ in have.values()]
+            p_all = ps_beside(free, spec, w_all, list(have), ps)
+            if p_all is None:
+                return None
+            alloc = Allocation.from_counts(w_all, p_all)
         else:
             alloc = Allocation.of(have)
         profile = self.snap.profile
         if profile is not None and profile.supports(spec) and not profile.rate(spec, alloc, cluster) > 0:
             return None  # the profile says it would make no progress there: it waits
+        if self.mode != "teacher" and self.teacher.too_slow(cluster, spec, alloc):
+            return None  # the teacher's consolidation patience: it waits for room to place it well
         if self.step is not None:
             self.step.picks[spec.job_id] = pick
             self.step.acted = True
@@ -168,22 +175,3 @@ class AgentPlacement:
             return int(torch.argmax(logits))
         p = torch.softmax(logits, 0).numpy().astype(float)
         return int(self.rng.choice(len(p), p=p / p.sum()))
-
-    @staticmethod
-    def _place_ps(cluster: Cluster, free: np.ndarray, spec: JobSpec, have: dict[int, tuple[int, int]], ps: int) -> bool:
-        room = free.copy()
-        wd, pd = np.asarray(spec.worker_demand, dtype=float), np.asarray(spec.ps_demand, dtype=float)
-        for n, (w, _) in have.items():
-            room[n] -= w * wd
-        fits = fit_count(room, pd)
-        order = list(have) + [int(i) for i in np.argsort(-fits, kind="stable") if int(i) not in have]
-        left = ps
-        for n in order:
-            k = int(min(fits[n], left))
-            if k > 0:
-                w, p = have.get(n, (0, 0))
-                have[n] = (w, p + k)
-                left -= k
-            if left == 0:
-                return True
-        return False
