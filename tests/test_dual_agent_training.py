@@ -39,6 +39,19 @@ def test_training_writes_a_model_that_schedules_and_resumes_to_train_further(tmp
 
 
 @needs_traces
+def test_validation_is_relative_to_the_teachers_so_an_untrained_network_scores_one():
+    # the residual actors start at zero: an untrained network decides as its teachers do
+    from dlsched.rl.train_dual_agent import new_net, validate, validation_scores
+
+    cfg = DualAgentTrainConfig(**{**TINY, "validation_episodes": 2})
+    net = new_net(cfg)
+    teachers = validation_scores(cfg, net, "teacher")
+    assert len(teachers) == 2 and teachers[0] != teachers[1]
+    assert validate(cfg, net, teachers) == pytest.approx(1.0)
+    assert validate(cfg, net, [2 * t for t in teachers]) == pytest.approx(0.5)
+
+
+@needs_traces
 def test_the_experiment_pairs_policies_by_seed_and_checks_the_claims(tmp_path):
     from dlsched.experiments.dual_agent import run_experiment
     from dlsched.policies.dual_agent import save

@@ -148,6 +148,7 @@ def train_dual_agent_cmd(
     with _phases() as progress:
         meta = train(cfg, out, resume=resume, progress=progress)
     console.print(f"trained {cfg.variant!r} in {meta['training_seconds'] / 60:.1f} min; validation score (mean JCT h + "
-                  f"fee_weight × fee per job) {meta['best_validation']:.3f}, warm-up {meta['warmup_validation']:.3f}")
+                  f"fee_weight × fee per job, over the teachers'; below 1: better) {meta['best_validation']:.3f}, "
+                  f"warm-up {meta['warmup_validation']:.3f}")
     console.print(f"model: [bold]{out / 'model.pt'}[/] (use: dlsched compare ... -p dual-agent with policy options "
                   f"variant={cfg.variant} model=PATH)")

@@ -45,7 +45,7 @@ class DualAgentTrainConfig(BaseModel):
     entropy: float = Field(0.003, ge=0, description="bonus on the placement agent's entropy")
     gae_lambda: float = Field(0.95, ge=0, le=1)
     validate_every: int = Field(5, ge=1)
-    validation_episodes: int = Field(6, ge=1)
+    validation_episodes: int = Field(10, ge=1)
     train_seeds: tuple[Seed, Seed] = (10_000, 20_000)
     validation_seeds: tuple[Seed, Seed] = (5_000, 5_100)
     seed: Seed = 0

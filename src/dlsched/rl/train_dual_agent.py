@@ -10,8 +10,9 @@
    centralised critic give one advantage (GAE, γ = 1: episodes end) per decision, and each actor
    takes PPO's clipped step on its own probability ratio for that decision. Only decisions where
    something started or stopped are actions; the reward of the others goes to the decision before.
-3. Validation on held-out seeds after every `validate_every` iterations (greedy), keeping the best
-   network: the result is never worse on validation than the warm-up.
+3. Validation on held-out seeds after every `validate_every` iterations (greedy), as the mean
+   per-episode ratio to the teachers' score on the same seed, keeping the best network: the
+   result is never worse on validation than the warm-up.
 
 Resumable: `checkpoint.pt` after the warm-up and every iteration (network, optimiser, history,
 best network, wall time so far); a resume may raise `rl_iterations` to train further. The model file records its training time, which the issue's one
@@ -181,11 +182,19 @@ def ppo_update(cfg: DualAgentTrainConfig, net: DualAgentNet, opt: torch.optim.Op
             opt.step()
 
 
-def validate(cfg: DualAgentTrainConfig, net: DualAgentNet) -> float:
+def validation_scores(cfg: DualAgentTrainConfig, net: DualAgentNet, mode: str = "greedy") -> list[float]:
+    """`score` of each validation episode (held-out seeds), the network playing in `mode`."""
     lo, hi = cfg.validation_seeds
-    seeds = range(lo, min(hi, lo + cfg.validation_episodes))
     net.eval()
-    return float(np.mean([score(play(cfg, net, cfg.validation_scenario, s, "greedy")[1], cfg.fee_weight) for s in seeds]))
+    return [score(play(cfg, net, cfg.validation_scenario, s, mode)[1], cfg.fee_weight)
+            for s in range(lo, min(hi, lo + cfg.validation_episodes))]
+
+
+def validate(cfg: DualAgentTrainConfig, net: DualAgentNet, teachers: list[float]) -> float:
+    """The mean over the validation episodes of the network's score over its teachers' score on
+    the same seed (below 1: better than the teachers). A ratio per episode, so the one heavily
+    loaded episode whose JCT is several times the others' does not decide which network is kept."""
+    return float(np.mean(np.asarray(validation_scores(cfg, net)) / np.asarray(teachers)))
 
 
 def train(cfg: DualAgentTrainConfig, out: Path, resume: bool = False,
@@ -205,6 +214,8 @@ def train(cfg: DualAgentTrainConfig, out: Path, resume: bool = False,
         if was != {k: v for k, v in now.items() if k != "rl_iterations"}:
             raise ConfigError(f"{ckpt_path} was written with another config: resume with the same one "
                               "(only rl_iterations may grow, to train further)")
+        if "teachers" not in blob["state"]:
+            raise ConfigError(f"{ckpt_path} was written by an older dlsched (validation in other units): train anew")
         net.load_state_dict(blob["net"])
         opt.load_state_dict(blob["opt"])
         state = blob["state"]
@@ -225,6 +236,9 @@ def train(cfg: DualAgentTrainConfig, out: Path, resume: bool = False,
     def seed_of(k: int) -> int:
         return lo + (k * 7919 + cfg.seed) % (hi - lo)
 
+    if "teachers" not in state:  # what validation compares with: the teachers on the validation seeds
+        state["teachers"] = validation_scores(cfg, net, "teacher")
+        progress("validation", 1, 1, f"teachers {np.mean(state['teachers']):.3f}")
     if not state["warm"]:
         trajs = []
         for k in range(cfg.warmup_episodes):
@@ -236,7 +250,7 @@ def train(cfg: DualAgentTrainConfig, out: Path, resume: bool = False,
         if trajs:
             warmup(cfg, net, trajs, state["scale"], progress)
         net.eval()
-        v = validate(cfg, net)
+        v = validate(cfg, net, state["teachers"])
         state["history"].append({"iteration": 0, "validation": v, "seconds": time.monotonic() - started})
         state["best"], state["best_score"], state["warm"] = {k: t.clone() for k, t in net.state_dict().items()}, v, True
         progress("validation", 1, 1, f"warm-up {v:.3f}")
@@ -254,7 +268,7 @@ def train(cfg: DualAgentTrainConfig, out: Path, resume: bool = False,
         state["iteration"] += 1
         note = f"return/job {np.mean([t.total_reward for t in trajs]) / cfg.jobs:.3f}"
         if state["iteration"] % cfg.validate_every == 0 or state["iteration"] == cfg.rl_iterations:
-            v = validate(cfg, net)
+            v = validate(cfg, net, state["teachers"])
             state["history"].append({"iteration": state["iteration"], "validation": v,
                                      "seconds": time.monotonic() - started})
             if v < state["best_score"]:

@@ -103,8 +103,8 @@ class SpeedAwarePlacement:
     # tie, and ties go to fewer nodes and best fit, so small noise does not fragment the cluster
     # (PAL likewise groups machines into a few performance classes)
     resolution: float = 0.0
-    # consolidation patience: a waiting job whose best candidate is predicted below this share of
-    # its rate packed on that GPU type (its fewest nodes, rack-local, nominal machines) is not
+    # consolidation patience: a waiting job whose best candidate's profile rate is below this share
+    # of its rate packed on that GPU type (its fewest nodes, rack-local) is not
     # placed while other jobs run, for up to PATIENCE_S: room frees up soon on a busy cluster, and
     # a job started spread over leftover GPUs keeps that slow placement (0: take any candidate)
     min_efficiency: float = 0.8
@@ -240,6 +240,8 @@ class SpeedAwarePlacement:
         if not cands:
             return None
         objs = np.array([self.objective(cluster, spec, a, tn) for a, tn in cands])
+        if self.patient(spec):  # too slow a shape is no candidate: the best of the others, or wait for room
+            objs[[self.too_slow(cluster, spec, a) for a, _ in cands]] = -np.inf
         top = objs.max()
         if not top > 0:  # the profile says the job makes no progress on any candidate: wait
             return None
@@ -251,24 +253,31 @@ class SpeedAwarePlacement:
                 return 0, 1, 0, float(gpu_left[a.nodes[0]]), a.nodes[0]
             return 1, len(set(cluster.rack[list(a.nodes)].tolist())), i, 0.0, 0
 
-        best = cands[min((i for i in range(len(cands)) if objs[i] >= top - _TIE * abs(top)), key=tie)][0]
-        return None if self.too_slow(cluster, spec, best) else best  # too slow: it waits for room
+        return cands[min((i for i in range(len(cands)) if objs[i] >= top - _TIE * abs(top)), key=tie)][0]
+
+    def patient(self, spec: JobSpec) -> bool:
+        """Would this job rather wait than start on too slow a shape (`min_efficiency`)? Only a
+        job the snapshot shows waiting, for less than PATIENCE_S, while others run (an idle
+        cluster frees nothing)."""
+        return self.min_efficiency > 0 and self._busy and self._waited.get(spec.job_id, PATIENCE_S) < PATIENCE_S
 
     def too_slow(self, cluster: Cluster, spec: JobSpec, alloc: Allocation) -> bool:
-        """Should the job wait rather than start on `alloc` (`min_efficiency`)? Only a job the
-        snapshot shows waiting, for less than PATIENCE_S, while others run (an idle cluster frees
-        nothing), on one GPU type, predicted below `min_efficiency` of its packed rate there."""
-        if not (self.min_efficiency > 0 and self._busy and self._waited.get(spec.job_id, PATIENCE_S) < PATIENCE_S):
+        """Is `alloc` too slow a shape for a `patient` job: on one GPU type, its rate below
+        `min_efficiency` of the job's packed rate there?"""
+        if not self.patient(spec):
             return False
         names, tidx, _ = cluster.type_groups()
         types = set(tidx[list(alloc.nodes)].tolist())
         return len(types) == 1 and self._efficiency(cluster, spec, alloc, names[types.pop()], tidx) < self.min_efficiency
 
     def _efficiency(self, cluster: Cluster, spec: JobSpec, alloc: Allocation, tname: str, tidx: np.ndarray) -> float:
-        """Predicted rate on `alloc` over the job's rate packed (by `pack`, nominal speeds) on an
-        empty cluster of GPU type `tname`; 1 when the type cannot hold it at all."""
+        """The profile's rate on `alloc` over the job's rate packed (by `pack`) on an empty
+        cluster of GPU type `tname`; 1 when the type cannot hold it at all. Machine factors are
+        left out: this is the shape's loss (spread over nodes and racks); slow machines are the
+        objective's business, and waiting for every machine to be nominal would wait for nothing
+        on a cluster where many are slow."""
         names = cluster.type_groups()[0]
-        rate = self._rate(spec, alloc, cluster, tname) * float(self.factors(cluster)[list(alloc.nodes)].min())
+        rate = self._rate(spec, alloc, cluster, tname)
         per = self._rates.get(spec)
         key = ("packed", tname, alloc.num_workers, alloc.num_ps)
         ideal = None if per is None else per.get(key)
