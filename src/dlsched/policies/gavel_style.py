@@ -19,9 +19,13 @@ from dlsched.policies.tiresias import THRESHOLDS, Tiresias
 
 def gavel_style(
     per_dollar: bool = False,
+    min_efficiency: float = 0.8,
     thresholds: tuple[float, ...] = THRESHOLDS,
     promote_knob: float = 8.0,
 ) -> Policy:
-    """Tiresias ordering + type-throughput placement; `per_dollar`: rate per USD/hour when priced."""
-    placement = SpeedAwarePlacement(name="gavel-style", estimate=None, per_dollar=per_dollar)
+    """Tiresias ordering + type-throughput placement; `per_dollar`: rate per USD/hour when priced;
+    `min_efficiency`: a waiting job does not start on a shape slower than this share of its
+    packed rate (consolidation patience, `SpeedAwarePlacement`), 0: off."""
+    placement = SpeedAwarePlacement(name="gavel-style", estimate=None, per_dollar=per_dollar,
+                                    min_efficiency=min_efficiency)
     return Named(Tiresias(tuple(thresholds), promote_knob, placement), "gavel-style")

@@ -26,12 +26,15 @@ def pal_style(
     risk: float = 0.0,
     per_dollar: bool = False,
     resolution: float = 0.1,
+    min_efficiency: float = 0.8,
     thresholds: tuple[float, ...] = THRESHOLDS,
     promote_knob: float = 8.0,
 ) -> Policy:
     """Tiresias ordering + placement by type throughput × measured machine speed (`halflife_s`:
     forget old measurements; `risk`: plan with mean - risk×sd; `resolution`: factors closer than
-    this are one performance class, so consolidation decides between them)."""
+    this are one performance class, so consolidation decides between them; `min_efficiency`: a
+    waiting job does not start on a shape slower than this share of its packed rate, 0: off)."""
     placement = SpeedAwarePlacement(name="pal-style", estimate=RunningMeanSpeeds(halflife_s=halflife_s),
-                                    risk=risk, per_dollar=per_dollar, resolution=resolution)
+                                    risk=risk, per_dollar=per_dollar, resolution=resolution,
+                                    min_efficiency=min_efficiency)
     return Named(Tiresias(tuple(thresholds), promote_knob, placement), "pal-style")

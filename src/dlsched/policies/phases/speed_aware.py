@@ -17,9 +17,10 @@ only where the per-node factors come from — a `SpeedEstimate`:
 
 `SpeedAwarePlacement` builds a few candidates and scores each with `predicted_rate`: the best
 single node of each GPU type that fits the whole job, and per GPU type multi-node fills in three
-orders (fastest machines first; the roomiest rack first, fastest inside it; `Pack`'s roomiest rack
-and roomiest nodes). A job mixes types only when no one type can take it: it would run at the
-slower type's pace.
+orders (`Pack`'s roomiest rack and roomiest nodes; the roomiest rack first, fastest inside it;
+fastest machines first). A job mixes types only when no one type can take it: it would run at the
+slower type's pace. A job that has waited may skip shapes far slower than its packed rate and
+wait for room instead (`min_efficiency`, consolidation patience).
 Candidates of equal objective are told apart as `Pack` would: one node (best fit, then the lowest
 index), else the fewest racks, then the fills' order, `Pack`'s first. So on a homogeneous cluster
 with no estimates it places exactly as `Pack` does (measured on the embedded ITP run: the same
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 
 #: Factors are floored here: a plan never divides by, or multiplies with, a non-positive speed.
 _MIN_FACTOR = 1e-6
-#: Relative tolerance under which two objectives count as equal (then fewer nodes win).
+#: Relative tolerance under which two objectives count as equal (then the tie rule of `place` decides).
 _TIE = 1e-9
 #: A job declined for a too-slow placement (`min_efficiency`) is declined only until it has waited
 #: this long in all (then it takes what there is): long enough for the long queues of a busy
@@ -100,13 +101,13 @@ class SpeedAwarePlacement:
     # 1 the rate per dollar (`per_dollar` is 1); in between trades a little speed for a lower fee
     price_weight: float = 0.0
     # planned factors are rounded to multiples of this (0: not rounded): machines a few % apart then
-    # tie, and ties go to fewer nodes and best fit, so small noise does not fragment the cluster
+    # tie, and ties go as `Pack` would place, so small noise does not fragment the cluster
     # (PAL likewise groups machines into a few performance classes)
     resolution: float = 0.0
-    # consolidation patience: a waiting job whose best candidate's profile rate is below this share
-    # of its rate packed on that GPU type (its fewest nodes, rack-local) is not
-    # placed while other jobs run, for up to PATIENCE_S: room frees up soon on a busy cluster, and
-    # a job started spread over leftover GPUs keeps that slow placement (0: take any candidate)
+    # consolidation patience: while other jobs run, a waiting job skips candidates whose profile
+    # rate is below this share of its rate packed on that GPU type (fewest nodes, rack-local), and
+    # waits when none is left, until it has waited PATIENCE_S: room frees up soon on a busy
+    # cluster, and a job started spread over leftover GPUs keeps that slow placement (0: off)
     min_efficiency: float = 0.8
     _profile: ThroughputModel | None = field(default=None, init=False, repr=False)
     _now: float = field(default=0.0, init=False, repr=False)
