@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from dlsched.cli_support import console, err_console, friendly, use_shared_traces
 
+
 def _overridden(cfg, updates: dict):
     """`cfg` with the command line's values (None: not given) on top, validated as the file is."""
     from pydantic import ValidationError

@@ -15,7 +15,7 @@ from dlsched.core.errors import ConfigError
 from dlsched.rl.dl2_network import DL2Net
 
 
-def save_model(net: DL2Net, path: Path, meta: dict | None = None) -> None:
+def save_model(net: torch.nn.Module, path: Path, meta: dict | None = None) -> None:
     """Write the network's constructor arguments, weights and free-form `meta` to `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"config": net.config(), "state_dict": net.state_dict(), "meta": meta or {}}, path)

@@ -242,7 +242,7 @@ class SpeedAwarePlacement:
             return None
         objs = np.array([self.objective(cluster, spec, a, tn) for a, tn in cands])
         if self.patient(spec):  # too slow a shape is no candidate: the best of the others, or wait for room
-            objs[[self.too_slow(cluster, spec, a) for a, _ in cands]] = -np.inf
+            objs[[self._slow_shape(cluster, spec, a) for a, _ in cands]] = -np.inf
         top = objs.max()
         if not top > 0:  # the profile says the job makes no progress on any candidate: wait
             return None
@@ -263,31 +263,28 @@ class SpeedAwarePlacement:
         return self.min_efficiency > 0 and self._busy and self._waited.get(spec.job_id, PATIENCE_S) < PATIENCE_S
 
     def too_slow(self, cluster: Cluster, spec: JobSpec, alloc: Allocation) -> bool:
-        """Is `alloc` too slow a shape for a `patient` job: on one GPU type, its rate below
-        `min_efficiency` of the job's packed rate there?"""
-        if not self.patient(spec):
-            return False
+        """Is `alloc` too slow a shape (`_slow_shape`) for a `patient` job?"""
+        return self.patient(spec) and self._slow_shape(cluster, spec, alloc)
+
+    def _slow_shape(self, cluster: Cluster, spec: JobSpec, alloc: Allocation) -> bool:
+        """On one GPU type, is the profile's rate on `alloc` below `min_efficiency` of the job's
+        rate packed (by `pack`) on an empty cluster of that type? Never when the type cannot hold
+        it at all. Machine factors are left out: this is the shape's loss (spread over nodes and
+        racks); slow machines are the objective's business, and waiting for every machine to be
+        nominal would wait for nothing on a cluster where many are slow."""
         names, tidx, _ = cluster.type_groups()
         types = set(tidx[list(alloc.nodes)].tolist())
-        return len(types) == 1 and self._efficiency(cluster, spec, alloc, names[types.pop()], tidx) < self.min_efficiency
-
-    def _efficiency(self, cluster: Cluster, spec: JobSpec, alloc: Allocation, tname: str, tidx: np.ndarray) -> float:
-        """The profile's rate on `alloc` over the job's rate packed (by `pack`) on an empty
-        cluster of GPU type `tname`; 1 when the type cannot hold it at all. Machine factors are
-        left out: this is the shape's loss (spread over nodes and racks); slow machines are the
-        objective's business, and waiting for every machine to be nominal would wait for nothing
-        on a cluster where many are slow."""
-        names = cluster.type_groups()[0]
-        rate = self._rate(spec, alloc, cluster, tname)
-        per = self._rates.get(spec)
-        key = ("packed", tname, alloc.num_workers, alloc.num_ps)
-        ideal = None if per is None else per.get(key)
+        if len(types) != 1:
+            return False
+        t = types.pop()
+        per = self._rates.setdefault(spec, {})
+        key = ("packed", names[t], alloc.num_workers, alloc.num_ps)
+        ideal = per.get(key)
         if ideal is None:
-            cap = np.where((tidx == names.index(tname))[:, None], cluster.capacity, 0.0)
-            packed = pack(cluster, cap, spec, alloc.num_workers, alloc.num_ps)
-            ideal = 0.0 if packed is None else self._rate(spec, packed, cluster, tname)
-            self._rates.setdefault(spec, {})[key] = ideal
-        return rate / ideal if ideal > 0 else 1.0
+            packed = pack(cluster, np.where((tidx == t)[:, None], cluster.capacity, 0.0), spec,
+                          alloc.num_workers, alloc.num_ps)
+            ideal = per[key] = 0.0 if packed is None else self._rate(spec, packed, cluster, names[t])
+        return ideal > 0 and self._rate(spec, alloc, cluster, names[t]) / ideal < self.min_efficiency
 
     @staticmethod
     def _fills(cluster: Cluster, avail: np.ndarray, spec: JobSpec, among: np.ndarray, w_fit: np.ndarray,
