@@ -78,13 +78,16 @@ class DualAgentCell:
         return {"scenario": self.scenario, "seed": self.seed, "policy": self.policy}
 
     def run(self) -> CellResult:
-        import torch
+        from dlsched.rl.threads import one_thread
 
+        with one_thread():  # tiny networks: threads cost more than they give
+            return self._run()
+
+    def _run(self) -> CellResult:
         from dlsched.rl.dual_agent_config import episode
         from dlsched.sim.config import SimConfig
         from dlsched.sim.engine import simulate
 
-        torch.set_num_threads(1)
         jobs, cluster, events, model = episode(self.scenario, self.seed, self.jobs)
         policy = make(self.policy, self.models)
         t0 = time.perf_counter()

@@ -27,6 +27,7 @@ from dlsched.rl.dl2_network import DL2Net
 from dlsched.rl.learner import train_rl_parallel
 from dlsched.rl.model_io import save_model
 from dlsched.rl.pools import open_pool
+from dlsched.rl.threads import one_thread
 from dlsched.rl.warmup import collect, train_supervised
 
 __all__ = ["DL2TrainConfig", "Student", "Teacher", "make_env", "train_dl2"]
@@ -37,6 +38,7 @@ Student = Callable[[DL2Net, float], Policy]
 """The DL2 policy around a network, given its slot length in seconds: what validation simulates."""
 
 
+@one_thread()  # tiny networks: threads cost more than they give
 def train_dl2(cfg: DL2TrainConfig, out: Path, teacher: Teacher, student: Student, *, traces: Path | None,
               resume: bool = False, progress: Callable[[str, int, int, str], None] | None = None) -> dict:
     """Run (or resume) the whole pipeline; writes model.pt (the best validated network),
@@ -48,7 +50,6 @@ def train_dl2(cfg: DL2TrainConfig, out: Path, teacher: Teacher, student: Student
     out.mkdir(parents=True, exist_ok=True)
     ckpt_path = out / "checkpoint.pt"
     torch.manual_seed(cfg.seed)
-    torch.set_num_threads(1)  # tiny networks: threads cost more than they give
     say = progress or (lambda phase, done, total, note: None)
     started = time.monotonic()
     env = make_env(cfg, traces)

@@ -35,6 +35,7 @@ from dlsched.policies.dual_agent import build, save
 from dlsched.rl.dual_agent_config import DualAgentTrainConfig, episode
 from dlsched.rl.dual_agent_net import DualAgentNet
 from dlsched.rl.dual_agent_trajectory import Step, Trajectory
+from dlsched.rl.threads import one_thread
 from dlsched.sim.config import SimConfig
 from dlsched.sim.engine import simulate
 
@@ -197,10 +198,10 @@ def validate(cfg: DualAgentTrainConfig, net: DualAgentNet, teachers: list[float]
     return float(np.mean(np.asarray(validation_scores(cfg, net)) / np.asarray(teachers)))
 
 
+@one_thread()
 def train(cfg: DualAgentTrainConfig, out: Path, resume: bool = False,
           progress: Progress = lambda *a: None) -> dict:
     """Train one variant into `out` (model.pt, checkpoint.pt, validation.csv); returns the model's meta."""
-    torch.set_num_threads(1)
     out.mkdir(parents=True, exist_ok=True)
     ckpt_path = out / "checkpoint.pt"
     net = new_net(cfg)
