@@ -23,7 +23,7 @@ import numpy as np
 
 from dlsched.core import Cluster
 from dlsched.live.controller import Controller
-from dlsched.live.dry_backend import DryBackend, FakeClock
+from dlsched.live.backends.dry import DryBackend, FakeClock
 from dlsched.live.spec import TrainJob
 from dlsched.live.store import Store
 from dlsched.policies.registry import make_policy

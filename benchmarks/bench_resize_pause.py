@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 
 from dlsched.core.allocation import Allocation
-from dlsched.live.backend import Launch, Observation
-from dlsched.live.local_backend import LocalBackend
-from dlsched.live.nodes import parse_nodes
+from dlsched.live.backends.base import Launch, Observation
+from dlsched.live.backends.local import LocalBackend
+from dlsched.live.backends.nodes import parse_nodes
 from dlsched.trainer.protocol import PROGRESS
 from dlsched.live.spec import TrainJob
 

@@ -14,7 +14,7 @@ from typing import Mapping
 
 import psutil
 
-from dlsched.live.ray_cluster import DEFAULT_OBJECT_STORE
+from dlsched.live.backends.ray_cluster import DEFAULT_OBJECT_STORE
 
 
 class LocalRayCluster:
@@ -30,13 +30,23 @@ class LocalRayCluster:
                         node_ip_address="127.0.0.1", num_cpus=cpus_per_node, object_store_memory=DEFAULT_OBJECT_STORE)
 
         names = list(nodes)
+        self._args = args
         self._cluster = Cluster(initialize_head=True, head_node_args=dict(include_dashboard=False, **args(names[0])))
+        self._workers: dict = {}  # name -> the worker node object (the head is names[0])
         try:
             for name in names[1:]:
-                self._cluster.add_node(**args(name))
+                self._workers[name] = self._cluster.add_node(**args(name))
         except BaseException:
             self.close()
             raise
+
+    def remove(self, name: str) -> None:
+        """Stop the raylet labelled `name` (not the head): a node lost, for real."""
+        self._cluster.remove_node(self._workers.pop(name), allow_graceful=False)
+
+    def add(self, name: str) -> None:
+        """Start a raylet labelled `name` again: the same node, back."""
+        self._workers[name] = self._cluster.add_node(**self._args(name))
 
     @property
     def address(self) -> str:

@@ -8,9 +8,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dlsched.core import Cluster
-from dlsched.live.admission import admission_problems
-from dlsched.live.api import DEFAULT_PAGE, PAGE_ROWS, create_app
-from dlsched.live.metrics import LiveMetrics
+from dlsched.live.controller.admission import admission_problems
+from dlsched.live.api.app import DEFAULT_PAGE, PAGE_ROWS, create_app
+from dlsched.live.api.metrics import LiveMetrics
 from dlsched.live.spec import TrainJob
 from dlsched.live.store import Store
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from dlsched.cli import app as cli_app
 from dlsched.core.errors import ConfigError
 from dlsched.live.api import create_app
-from dlsched.live.auth import ApiAuth, resolve_token
+from dlsched.live.api.auth import ApiAuth, resolve_token
 from dlsched.live.service import ServiceConfig, exposure_warning
 from dlsched.live.store import Store
 from tests.live_service import app_server

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from dlsched.live.controller import Controller
-from dlsched.live.local_backend import LocalBackend
-from dlsched.live.nodes import LocalNodes, VirtualNode
-from dlsched.live.retry import RetryConfig
+from dlsched.live.backends.local import LocalBackend
+from dlsched.live.backends.nodes import LocalNodes, VirtualNode
+from dlsched.live.controller.retry import RetryConfig
 from dlsched.live.spec import TrainJob
 from dlsched.live.store import Store
 from dlsched.policies.registry import make_policy

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from dlsched.cli import app
 from dlsched.config import read_yaml, read_yaml_model
 from dlsched.core.errors import ConfigError
-from dlsched.live.nodes import load_nodes
+from dlsched.live.backends.nodes import load_nodes
 from dlsched.presets import load_cluster
 from dlsched.run_config import RunConfig, load_run_config
 

@@ -21,8 +21,8 @@ from dlsched.core.errors import ConfigError
 from dlsched.core.job import JobSpec
 from dlsched.framework.state import ClusterState
 from dlsched.live.controller import Controller, live_refusal
-from dlsched.live.dry_backend import DryBackend, FakeClock
-from dlsched.live.retry import RetryConfig
+from dlsched.live.backends.dry import DryBackend, FakeClock
+from dlsched.live.controller.retry import RetryConfig
 from dlsched.live.service import Service, ServiceConfig
 from dlsched.live.spec import TrainJob
 from dlsched.live.store import Store

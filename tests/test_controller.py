@@ -11,11 +11,11 @@ from dlsched.core.allocation import Allocation
 from dlsched.core.plan import Plan
 from dlsched.core.policy import Policy
 from dlsched.live.controller import Controller
-from dlsched.live.retry import RetryConfig
+from dlsched.live.controller.retry import RetryConfig
 from dlsched.live.spec import TrainJob
 from dlsched.live.store import Store
 from dlsched.policies.registry import make_policy
-from dlsched.live.dry_backend import DryBackend, FakeClock
+from dlsched.live.backends.dry import DryBackend, FakeClock
 
 
 def _setup(tmp_path, policy, nodes=1, gpus=2, retry=None, **backend_kw):

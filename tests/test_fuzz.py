@@ -245,7 +245,7 @@ def _loaders() -> dict[str, tuple[str, Callable[[Path], Any], list[str]]]:
     """name -> (a valid sample, the loader, the keys its model knows)."""
     from dlsched.cli_live import read_job_file
     from dlsched.config import read_yaml_model
-    from dlsched.live.nodes import LocalNodes, VirtualNode, load_nodes
+    from dlsched.live.backends.nodes import LocalNodes, VirtualNode, load_nodes
     from dlsched.live.service import ServiceConfig, load_service_config
     from dlsched.live.spec import TrainJob
     from dlsched.presets import load_cluster

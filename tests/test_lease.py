@@ -11,7 +11,7 @@ import sys
 import pytest
 import yaml
 
-from dlsched.live.lease import Owner, OwnedElsewhere, StopWhenLost, StoreLease, WorkDirLock
+from dlsched.live.store.lease import Owner, OwnedElsewhere, StopWhenLost, StoreLease, WorkDirLock
 from dlsched.live.store import Store
 from tests.databases import KINDS, db_url, make_db_url  # noqa: F401 - db_url is a fixture
 from tests.live_service import Service

@@ -22,8 +22,7 @@ def ray_cluster():
 
 
 def test_jobs_run_resize_and_finish_on_a_multi_node_ray_cluster(tmp_path, ray_cluster):
-    svc = Service(tmp_path, "drf", [{"name": "unused", "gpus": 1, "cpus": 1, "mem_gb": 1}],
-                  backend="ray", ray_address=ray_cluster.address)
+    svc = Service(tmp_path, "drf", None, backend="ray", ray_address=ray_cluster.address)
     svc.start(timeout=120)
     try:
         job = {"model": "mlp", "batch_size": 32, "workers": 1, "min_workers": 1, "max_workers": 2,

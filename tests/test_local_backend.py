@@ -23,9 +23,9 @@ import pytest
 
 from dlsched.core.allocation import Allocation
 from dlsched.core.errors import ConfigError
-from dlsched.live.backend import Launch
-from dlsched.live.local_backend import LocalBackend
-from dlsched.live.nodes import LocalNodes, VirtualNode, default_local_nodes, load_nodes
+from dlsched.live.backends.base import Launch
+from dlsched.live.backends.local import LocalBackend
+from dlsched.live.backends.nodes import LocalNodes, VirtualNode, default_local_nodes, load_nodes
 from dlsched.trainer.protocol import ProgressReader, is_done
 from dlsched.live.spec import TrainJob
 
@@ -228,12 +228,13 @@ def test_missing_nodes_file(tmp_path: Path):
 def test_start_observe_done_ps_rank_order(tmp_path, fake_no_standby, backends):
     b = make(backends, fake_no_standby)
     ln = launch(tmp_path, "j1", {0: (1, 1), 1: (1, 0)}, mode="ps", ps=1, steps=40)
+    launched = time.time()
     b.start(ln)
     o = wait_for(b, "j1", lambda o: o.state != "running")
     assert o.state == "done", o.message
-    assert o.step == 40 and is_done(ln.job_dir)
+    assert o.step == 40 and is_done(ln.job_dir) and o.done is not None and o.done["steps"] == 40
     assert o.samples and o.samples[-1][0] == 40
-    assert o.run_started is not None and o.first_step_at is not None and o.first_step_at >= o.run_started
+    assert o.first_step_at is not None and o.first_step_at >= launched
     info = json.loads((ln.job_dir / "pids.json").read_text())
     ranks = rank_records(ln.job_dir, info["run"])
     # parameter servers first, then workers in node order; one rendezvous on loopback
@@ -251,11 +252,11 @@ def test_stop_then_resume_at_another_size(tmp_path, fake_no_standby, backends):
     b.start(ln)
     wait_for(b, "j2", lambda o: o.step >= 20)
     first_pids = recorded(ln.job_dir)
+    asked = time.time()
     b.stop("j2", timeout=10)
     assert not any(alive(*pc) for pc in first_pids)
     o = b.observe()["j2"]
-    assert o.state == "stopped"
-    assert "j2" in b.last_stop_requested
+    assert o.state == "stopped" and o.done is None
     ckpt = json.loads((ln.job_dir / "checkpoint.pt").read_text())["step"]
     assert 20 <= ckpt < 150
     b.start(launch(tmp_path, "j2", {1: (1, 0)}, attempt=1, steps=150))
@@ -264,7 +265,7 @@ def test_stop_then_resume_at_another_size(tmp_path, fake_no_standby, backends):
     reader = ProgressReader(ln.job_dir)
     reader.poll()
     assert [s["step"] for s in reader.starts] == [1, ckpt + 1]  # resumed, nothing redone
-    assert o.first_step_at == reader.starts[-1]["time"] > b.last_stop_requested["j2"]
+    assert o.first_step_at == reader.starts[-1]["time"] > asked
     assert (ln.job_dir / "logs" / "run1-rank0.log").is_file()
     # steps of both runs are in the samples
     assert min(s for s, _ in o.samples) < ckpt < max(s for s, _ in o.samples)
@@ -407,6 +408,7 @@ def test_real_trainer_resize_2_to_1(tmp_path, backends, mode):
     b.start(ln)
     o = wait_for(b, "real", lambda o: o.state != "running" or o.first_step_at is not None, timeout=120)
     assert o.state == "running", o.message
+    asked = time.time()
     b.stop("real", timeout=30)
     assert b.observe()["real"].state == "stopped"
     first = ProgressReader(ln.job_dir)
@@ -420,5 +422,5 @@ def test_real_trainer_resize_2_to_1(tmp_path, backends, mode):
     reader = ProgressReader(ln.job_dir)
     reader.poll()
     assert [(s["step"], s["workers"], s["ps"]) for s in reader.starts] == [(1, 2, p), (stopped_at + 1, 1, p)]
-    assert o.first_step_at == reader.starts[1]["time"] > b.last_stop_requested["real"]
+    assert o.first_step_at == reader.starts[1]["time"] > asked
     assert not any(alive(*pc) for pc in recorded(ln.job_dir))

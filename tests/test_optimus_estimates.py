@@ -90,7 +90,7 @@ def test_a_live_job_is_fitted_from_the_samples_its_trainer_reported():
     simulator's curves, so a live Optimus never got a loss fit)."""
     from dlsched.estimators.convergence_fit import fit_convergence
     from dlsched.estimators.progress_predictor import LOSS_SAMPLES, RemainingWork
-    from dlsched.live.job_record import LiveJobState
+    from dlsched.live.controller.job_record import LiveJobState
 
     spec = JobSpec("j7", 0.0, 1e4, model="duration-only", num_workers=1)
     live = LiveJobState(spec=spec, index=7, clock=Clock(0.0), status=JobStatus.RUNNING)

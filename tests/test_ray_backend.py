@@ -24,9 +24,9 @@ psutil = pytest.importorskip("psutil")
 
 from dlsched.core.allocation import Allocation  # noqa: E402
 from dlsched.core.errors import ConfigError  # noqa: E402
-from dlsched.live.backend import Launch  # noqa: E402
+from dlsched.live.backends.base import Launch  # noqa: E402
 from dlsched.trainer.protocol import ProgressReader, is_done  # noqa: E402
-from dlsched.live.ray_backend import RayBackend  # noqa: E402
+from dlsched.live.backends.ray_backend import RayBackend  # noqa: E402
 from tests.local_ray import LocalRayCluster  # noqa: E402
 from dlsched.live.spec import TrainJob  # noqa: E402
 
@@ -324,7 +324,7 @@ def test_real_trainer_ddp_two_nodes_then_resized_to_one(ray_cluster, tmp_path):
         deadline = time.time() + 60
         while ray.get(pool.ready_count.remote()) < 1 and time.time() < deadline:
             time.sleep(0.1)
-        backend.resize(Launch("real", job, Allocation.single_node(0, 1), first.job_dir, attempt=1), timeout=20)
+        backend.apply(["real"], [Launch("real", job, Allocation.single_node(0, 1), first.job_dir, attempt=1)], timeout=20)
         obs = _wait(backend, "real", {"done", "failed"}, timeout=120)
         _remember(cluster, backend, "real")
         assert obs.state == "done", obs.message
@@ -344,7 +344,7 @@ def test_real_trainer_ddp_two_nodes_then_resized_to_one(ray_cluster, tmp_path):
 
 OWN_RAY = textwrap.dedent('''
     import json, psutil, ray
-    from dlsched.live.ray_backend import RayBackend
+    from dlsched.live.backends.ray_backend import RayBackend
     b = RayBackend(local_num_cpus=1)
     c = b.cluster()
     head = b._local_ray.head_node

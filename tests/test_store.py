@@ -13,8 +13,8 @@ from sqlalchemy import text
 from dlsched.core.errors import ConfigError
 from dlsched.live.spec import TrainJob
 from dlsched.live.store import Store
-from dlsched.live.store_engine import mask_url
-from dlsched.live.store_views import parse_job_id
+from dlsched.live.store.engine import mask_url
+from dlsched.live.store.views import parse_job_id
 from tests.databases import db_url  # noqa: F401 - the fixture: SQLite, and PostgreSQL when configured
 
 
@@ -197,7 +197,7 @@ def test_a_store_made_before_waiting_reasons_opens_and_gains_the_column(tmp_path
 
 def test_page_retry_and_delete(store):
     """Issue 17: paging with a total, retry of a failed job, delete of an ended one (both databases)."""
-    from dlsched.live.store_views import WrongState
+    from dlsched.live.store.views import WrongState
 
     ids = [store.add(_job(name=f"j{i}")).id for i in range(5)]
     store.update(ids[1], status="failed", steps_done=3, finished_at=1.0, reason="boom")

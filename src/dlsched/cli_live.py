@@ -28,6 +28,30 @@ _TOKEN_FILE = typer.Option(None, "--token-file", envvar="DLSCHED_TOKEN_FILE",
                            help="File holding the service's API token (else DLSCHED_TOKEN; see docs/LIVE.md, Security).")
 
 
+def _backends_help() -> str:
+    from dlsched.live.backends.registry import backends_help
+
+    return backends_help()
+
+
+def _key_values(items: list[str] | None, flag: str) -> dict[str, Any] | None:
+    """KEY=VALUE options into a mapping (VALUE read as YAML: numbers, booleans, null); None for none."""
+    import yaml
+
+    if not items:
+        return None
+    out: dict[str, Any] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ConfigError(f"{flag} takes KEY=VALUE, got {item!r}")
+        try:
+            out[key.strip()] = yaml.safe_load(value) if value.strip() else None
+        except yaml.YAMLError:
+            out[key.strip()] = value
+    return out
+
+
 # --------------------------------------------------------------------------- HTTP
 
 
@@ -36,7 +60,7 @@ def _request(method: str, url: str, path: str, *, token_file: Path | None = None
     Sends the API token (from `token_file`, else DLSCHED_TOKEN) when there is one."""
     import httpx
 
-    from dlsched.live.auth import resolve_token
+    from dlsched.live.api.auth import resolve_token
 
     token = resolve_token(token_file)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -216,11 +240,12 @@ def register_live(app: typer.Typer) -> None:
     @app.command("serve")
     @friendly
     def serve(
-        config: Optional[Path] = typer.Option(None, "--config", help="YAML with ServiceConfig keys (host, port, db_url, db_url_file, token_file, auth, work_dir, backend, nodes, ray_address, policy, policy_options, tick, stop_jobs_on_exit, lease_seconds)."),
+        config: Optional[Path] = typer.Option(None, "--config", help="YAML with ServiceConfig keys (host, port, db_url, db_url_file, token_file, auth, work_dir, backend, backend_options, nodes, ray_address, policy, policy_options, tick, stop_jobs_on_exit, lease_seconds)."),
         port: Optional[int] = typer.Option(None, "--port", help="Port (default 8765)."),
         host: Optional[str] = typer.Option(None, "--host", help="Address to bind (default 127.0.0.1; elsewhere, set a token)."),
         policy: Optional[str] = typer.Option(None, "--policy", "-p", help="Scheduling policy (default optimus; see `dlsched policies`)."),
-        backend: Optional[str] = typer.Option(None, "--backend", help="'local' (processes on this machine), 'ray', or 'dry' (no training, made-up progress)."),
+        backend: Optional[str] = typer.Option(None, "--backend", help="Where jobs run (default local): " + _backends_help() + ". `dlsched backends` lists each one's options."),
+        backend_option: Optional[list[str]] = typer.Option(None, "--backend-option", "-o", help="A backend option as KEY=VALUE (repeatable; VALUE is read as YAML), e.g. -o standby=0."),
         work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Job directories and the default SQLite store (default ./dlsched-service)."),
         db_url: Optional[str] = typer.Option(None, "--db-url", envvar="DLSCHED_DB_URL", help="SQLAlchemy URL of the store, e.g. postgresql+psycopg://... (default: SQLite in the work dir). A flag is visible in `ps`: pass a password by DLSCHED_DB_URL or --db-url-file."),
         db_url_file: Optional[Path] = typer.Option(None, "--db-url-file", help="File holding the store's URL (keeps its password out of `ps`)."),
@@ -235,7 +260,7 @@ def register_live(app: typer.Typer) -> None:
 
         cfg = load_service_config(config, port=port, host=host, policy=policy, backend=backend, work_dir=work_dir,
                                   db_url=db_url, db_url_file=db_url_file, token_file=token_file, auth=auth,
-                                  ray_address=ray_address)
+                                  ray_address=ray_address, backend_options=_key_values(backend_option, "--backend-option"))
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         run_service(cfg, announce=lambda line: console.print(line, highlight=False, markup=False))
 

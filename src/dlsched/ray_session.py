@@ -29,7 +29,7 @@ def ray_session(address: str | None = None, workers: int = 1) -> Iterator[None]:
         import ray
     except ImportError:  # pragma: no cover - ray is a dependency of the test and ray extras
         raise ConfigError("this needs Ray: pip install 'dlsched[ray]'") from None
-    from dlsched.live.ray_cluster import connect
+    from dlsched.live.backends.ray_cluster import connect
 
     if ray.is_initialized():
         raise ConfigError("Ray is already connected in this process; run one sweep or training at a time")

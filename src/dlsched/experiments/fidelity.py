@@ -103,8 +103,8 @@ def run_fidelity(
     on_tick: Callable[[str, int, int], None] | None = None,
 ) -> list[FidelityRow]:
     """Run every policy live, then in the simulator; write `fidelity.csv` and return the rows."""
-    from dlsched.live.local_backend import LocalBackend
-    from dlsched.live.nodes import parse_nodes
+    from dlsched.live.backends.local import LocalBackend
+    from dlsched.live.backends.nodes import parse_nodes
     from dlsched.policies.registry import make_policy
     from dlsched.throughput.measured_live import MeasuredThroughput
 

@@ -7,7 +7,7 @@ leaves them running for the next start to adopt).
 
 Start-up order matters, because the controller adopts the store's running jobs as it is built:
 the API port is bound first (a second service on a taken port fails before it opens anything),
-then the work dir and the store are leased (`live/lease.py`: a second service on either refuses,
+then the work dir and the store are leased (`live/store/lease.py`: a second service on either refuses,
 naming the owner), and only then is the controller made. A service that loses its lease stops
 scheduling and leaves the jobs alone: they belong to the new owner.
 
@@ -24,14 +24,15 @@ import socket
 import threading
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dlsched.core.errors import ConfigError, DlschedError
-from dlsched.live.auth import ApiAuth, AuthScope, read_secret_file, resolve_token
-from dlsched.live.lease import DEFAULT_TTL, Owner, StopWhenLost, StoreLease, WorkDirLock
-from dlsched.live.retry import RetryConfig
+from dlsched.live.api.auth import ApiAuth, AuthScope, read_secret_file, resolve_token
+from dlsched.live.backends.registry import backend_entry, backend_options, backends_help, make_backend
+from dlsched.live.store.lease import DEFAULT_TTL, Owner, StopWhenLost, StoreLease, WorkDirLock
+from dlsched.live.controller.retry import RetryConfig
 
 log = logging.getLogger("dlsched.service")
 
@@ -50,10 +51,11 @@ class ServiceConfig(BaseModel):
     lease_seconds: float = Field(DEFAULT_TTL, ge=3, le=3600,
                                  description="the store lease's ttl: another host may take a silent store over after it")
     work_dir: Path = Field(Path("dlsched-service"), description="job directories and the default database")
-    backend: Literal["local", "ray", "dry"] = Field(
-        "local", description="local processes, a Ray cluster, or 'dry' (no training: made-up progress)")
-    nodes: Path | None = Field(None, description="virtual-node YAML of the local backend (default: this machine)")
-    ray_address: str | None = Field(None, description="Ray cluster address (default: start a local one)")
+    backend: str = Field("local", description=f"where jobs run: {backends_help()}")
+    backend_options: dict[str, Any] = Field(default_factory=dict,
+                                            description="the backend's own options (`dlsched backends` lists them)")
+    nodes: Path | None = Field(None, description="shorthand for backend_options.nodes (local and dry backends)")
+    ray_address: str | None = Field(None, description="shorthand for backend_options.address (ray backend)")
     policy: str = "optimus"
     policy_options: dict[str, Any] = Field(default_factory=dict)
     tick: float = Field(1.0, gt=0, le=3600, description="seconds between controller rounds")
@@ -65,6 +67,20 @@ class ServiceConfig(BaseModel):
         if self.db_url is not None and self.db_url_file is not None:
             raise ValueError("give db_url or db_url_file, not both")
         return self
+
+    def backend_settings(self) -> dict[str, Any]:
+        """`backend_options` with the shorthands folded in (a shorthand the backend does not take
+        is an error, not ignored), checked against the backend's options model."""
+        options = dict(self.backend_options)
+        for key, target in (("nodes", "nodes"), ("ray_address", "address")):
+            value = getattr(self, key)
+            if value is None:
+                continue
+            if target not in backend_entry(self.backend).options.model_fields:
+                raise ConfigError(f"{key} does not apply to the {self.backend!r} backend")
+            options.setdefault(target, value)
+        backend_options(self.backend, options)
+        return options
 
     def database_url(self) -> str:
         if self.db_url:
@@ -98,6 +114,8 @@ def load_service_config(path: Path | None, **overrides: Any) -> ServiceConfig:
     below = base.model_dump(exclude_unset=True)
     for key in updates:
         below.pop(_ALTERNATIVES.get(key, ""), None)
+    if "backend_options" in updates:  # -o KEY=VALUE on top of the file's options, key by key
+        updates["backend_options"] = {**below.get("backend_options", {}), **updates["backend_options"]}
     try:
         return ServiceConfig.model_validate({**below, **updates})
     except ValidationError as exc:
@@ -113,29 +131,6 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def make_backend(cfg: ServiceConfig):
-    """The configured backend; the real ones are imported only when asked for."""
-    if cfg.backend == "local":
-        try:
-            from dlsched.live.local_backend import LocalBackend
-        except ImportError as exc:
-            raise ConfigError(f"the local backend cannot be loaded: {exc}") from None
-        return LocalBackend(nodes=cfg.nodes, standby=True)
-    if cfg.backend == "ray":
-        try:
-            from dlsched.live.ray_backend import RayBackend
-        except ImportError as exc:
-            raise ConfigError(f"the Ray backend cannot be loaded ({exc}); install it with `pip install 'dlsched[ray]'`") from None
-        return RayBackend(address=cfg.ray_address)
-    from dlsched.core.cluster import Cluster
-    from dlsched.live.dry_backend import DryBackend
-    from dlsched.presets import load_cluster
-
-    cluster = load_cluster(cfg.nodes) if cfg.nodes is not None else Cluster.homogeneous(
-        "dry", nodes=2, gpus=4, cpus=16, mem=64)
-    return DryBackend(cluster)
-
-
 class Service:
     """Everything `run_service` builds, in an object tests and embedders can start and stop.
 
@@ -144,12 +139,13 @@ class Service:
 
     def __init__(self, cfg: ServiceConfig, *, port: int | None = None):
         from dlsched.live.controller import Controller, live_refusal
-        from dlsched.live.metrics import LiveMetrics
+        from dlsched.live.api.metrics import LiveMetrics
         from dlsched.live.store import Store
         from dlsched.policies.registry import make_policy
 
         self.cfg = cfg
-        policy = make_policy(cfg.policy, **cfg.policy_options)  # bad names fail before anything is made
+        backend_settings = cfg.backend_settings()  # a bad backend or option fails before anything is made
+        policy = make_policy(cfg.policy, **cfg.policy_options)
         refusal = live_refusal(policy)  # ... and so does a policy that cannot run live
         if refusal:
             raise ConfigError(refusal)
@@ -171,7 +167,7 @@ class Service:
             undo.callback(self.lease.release)
             self.lease.start_heartbeat(self._lease_lost)
             self.metrics = LiveMetrics()
-            self.backend = make_backend(cfg)
+            self.backend = make_backend(cfg.backend, backend_settings)
             undo.callback(self.backend.close)
             self.controller = Controller(self.store, self.backend, policy, work_dir=cfg.work_dir, tick=cfg.tick,
                                          metrics=self.metrics, retry=cfg.retry)
@@ -270,7 +266,7 @@ def run_service(cfg: ServiceConfig, *, announce=print) -> None:
     import uvicorn
 
     from dlsched.live.api import create_app
-    from dlsched.live.store_engine import mask_url
+    from dlsched.live.store.engine import mask_url
 
     auth = cfg.api_auth()  # a missing token file fails before anything is bound
     warning = exposure_warning(cfg.host, auth)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from dlsched.core.policy import Policy
-from dlsched.live.backend import Backend
+from dlsched.live.backends.base import Backend
 from dlsched.live.controller import Controller
 from dlsched.live.spec import TrainJob
 
@@ -62,8 +62,8 @@ def run_workload(
     on_tick: Callable[[int, int], None] | None = None,
 ) -> LiveRun:
     """Submit `arrivals` on time, drive the controller until all jobs end (or `timeout`)."""
-    from dlsched.live.lease import Owner, StoreLease, WorkDirLock
-    from dlsched.live.metrics import LiveMetrics
+    from dlsched.live.store.lease import Owner, StoreLease, WorkDirLock
+    from dlsched.live.api.metrics import LiveMetrics
     from dlsched.live.store import Store
 
     work_dir = Path(work_dir)

@@ -17,13 +17,13 @@ from __future__ import annotations
 import gc
 import heapq
 import math
-from dataclasses import dataclass
-from typing import Callable, Generator, Literal, Sequence
+from typing import Callable, Generator, Sequence
 
 import numpy as np
 
 from dlsched.core.allocation import Allocation
 from dlsched.core.cluster import Cluster
+from dlsched.core.events import NodeEvent  # noqa: F401  (the simulator's node events; re-exported)
 from dlsched.core.errors import ConfigError
 from dlsched.core.job import JobSpec
 from dlsched.core.plan import Plan
@@ -36,16 +36,6 @@ from dlsched.sim.config import SimConfig
 from dlsched.sim.convergence import loss_curve
 from dlsched.sim.results import JobTable, SimResult, Timeline
 from dlsched.throughput.base import ThroughputModel
-
-
-@dataclass(frozen=True)
-class NodeEvent:
-    """At `time`, node `node` changes speed (`speed` = its new factor), fails, or joins."""
-
-    time: float
-    node: int
-    kind: Literal["speed", "fail", "join"]
-    speed: float | None = None
 
 
 class Simulator:

@@ -106,16 +106,17 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, argparse.ArgumentParser]
 
 
 def make_run(args: argparse.Namespace, p: argparse.ArgumentParser) -> "Run":
+    from dlsched.trainer import protocol as P
     from dlsched.trainer.common import Run
 
     env = os.environ
     try:
-        rank = int(env.get("RANK", "0"))
-        world = int(env.get("WORLD_SIZE", "1"))
+        rank = int(env.get(P.ENV_RANK, "0"))
+        world = int(env.get(P.ENV_WORLD_SIZE, "1"))
         timeout = float(env.get("DLSCHED_COMM_TIMEOUT", DEFAULT_COMM_TIMEOUT))
-        port = int(env.get("MASTER_PORT", "0"))
-        local_rank = int(env.get("LOCAL_RANK", "0"))  # read again by trainer.ddp.placement
-        local_world = int(env.get("LOCAL_WORLD_SIZE", "1"))
+        port = int(env.get(P.ENV_MASTER_PORT, "0"))
+        local_rank = int(env.get(P.ENV_LOCAL_RANK, "0"))  # read again by trainer.ddp.placement
+        local_world = int(env.get(P.ENV_LOCAL_WORLD_SIZE, "1"))
     except ValueError as e:
         p.error(f"bad environment: {e}")
     if local_world < 1 or not 0 <= local_rank:
@@ -125,21 +126,21 @@ def make_run(args: argparse.Namespace, p: argparse.ArgumentParser) -> "Run":
     if world - args.num_ps < 1:
         p.error(f"WORLD_SIZE={world} leaves no worker after --num-ps {args.num_ps}")
     needs_rendezvous = world > 1 or args.mode == "ps"
-    if needs_rendezvous and (not env.get("MASTER_ADDR") or port <= 0):
+    if needs_rendezvous and (not env.get(P.ENV_MASTER_ADDR) or port <= 0):
         p.error("MASTER_ADDR and MASTER_PORT must be set when WORLD_SIZE > 1 or in ps mode")
     if timeout <= 0:
         p.error("DLSCHED_COMM_TIMEOUT must be > 0")
-    master = env.get("MASTER_ADDR", "127.0.0.1")
+    master = env.get(P.ENV_MASTER_ADDR, "127.0.0.1")
     node_addr = "127.0.0.1"
     if needs_rendezvous:
-        node_addr = _node_address(p, master, env.get("DLSCHED_NODE_ADDR"), rank == 0)
+        node_addr = _node_address(p, master, env.get(P.ENV_NODE_ADDR), rank == 0)
     args.job_dir.mkdir(parents=True, exist_ok=True)
     return Run(job_dir=args.job_dir, model=args.model, mode=args.mode, steps=args.steps,
                batch_size=args.batch_size, seed=args.seed, num_ps=args.num_ps,
                checkpoint_every=args.checkpoint_every, lr=args.lr or DEFAULT_LR[args.model],
                report_every=args.report_every, width=args.width or DEFAULT_WIDTH[args.model],
                rank=rank, world_size=world, master_addr=master,
-               master_port=port, run_id=env.get("DLSCHED_RUN_ID") or uuid.uuid4().hex[:12],
+               master_port=port, run_id=env.get(P.ENV_RUN_ID) or uuid.uuid4().hex[:12],
                comm_timeout=timeout, node_addr=node_addr)
 
 

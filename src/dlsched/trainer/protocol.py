@@ -30,8 +30,51 @@ from __future__ import annotations
 import json
 import os
 import re
+import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+# ------------------------------------------------------------------ the launch contract
+# How a backend starts a run: `python -m dlsched.trainer <TrainJob.trainer_argv(job_dir, ps)>` once
+# per rank, with this environment (torch.distributed's names plus ours). Written once here, next
+# to the files the trainer leaves, so every backend (local processes, Ray actors, pods) and the
+# trainer's own `--help` agree.
+ENV_RANK, ENV_WORLD_SIZE = "RANK", "WORLD_SIZE"
+ENV_MASTER_ADDR, ENV_MASTER_PORT = "MASTER_ADDR", "MASTER_PORT"
+ENV_LOCAL_RANK, ENV_LOCAL_WORLD_SIZE = "LOCAL_RANK", "LOCAL_WORLD_SIZE"
+ENV_NODE_ADDR = "DLSCHED_NODE_ADDR"  # the only address the rank's sockets listen on
+ENV_RUN_ID = "DLSCHED_RUN_ID"  # echoed as "run" in progress records
+ENV_NODE, ENV_ROLE = "DLSCHED_NODE", "DLSCHED_ROLE"  # for people reading logs: node name, "ps" | "worker"
+
+
+def new_run_id(job_id: str, attempt: int) -> str:
+    """A fresh id for attempt `attempt` of `job_id`: unique even when an attempt is retried."""
+    return f"{job_id}-a{attempt}-{uuid.uuid4().hex[:8]}"
+
+
+def rank_env(run_id: str, ranks: Sequence[tuple[str, str]], rank: int, *, master_addr: str | None = None,
+             master_port: int | None = None, node_addr: str | None = None,
+             local_ranks: bool = True) -> dict[str, str]:
+    """The environment of rank `rank` of a run whose ranks are `ranks`, (role, node name) each in
+    rank order (parameter servers first, then workers: `live.backends.ranks.rank_layout`).
+    With `local_ranks`, LOCAL_RANK / LOCAL_WORLD_SIZE count the ranks on the same node (a backend
+    that gives each rank its own devices, as Ray does, leaves them to the node). The rendezvous
+    address and the node address are left out when None (a backend that learns them on the node
+    sets them there)."""
+    role, node = ranks[rank]
+    env = {ENV_RANK: str(rank), ENV_WORLD_SIZE: str(len(ranks)), ENV_RUN_ID: run_id, ENV_NODE: node, ENV_ROLE: role}
+    if local_ranks:
+        local = [i for i, (_, n) in enumerate(ranks) if n == node]
+        env[ENV_LOCAL_RANK], env[ENV_LOCAL_WORLD_SIZE] = str(local.index(rank)), str(len(local))
+    if master_addr is not None:
+        env[ENV_MASTER_ADDR] = master_addr
+    if master_port is not None:
+        env[ENV_MASTER_PORT] = str(master_port)
+    if node_addr is not None:
+        env[ENV_NODE_ADDR] = node_addr
+    return env
+
 
 PROGRESS = "progress.jsonl"
 DONE = "done.json"

@@ -25,8 +25,9 @@ from typing import Any
 
 import ray
 
-from dlsched.live.standby_pool import Warm, give_command, says_ready, start_standby
-from dlsched.trainer.protocol import log_tail
+from dlsched.live.backends.standby_pool import Warm, give_command, says_ready, start_standby
+from dlsched.trainer.protocol import (ENV_LOCAL_RANK, ENV_LOCAL_WORLD_SIZE, ENV_MASTER_ADDR, ENV_MASTER_PORT,
+                                      ENV_NODE_ADDR, log_tail)
 
 TRAINER = [sys.executable, "-m", "dlsched.trainer"]
 
@@ -59,11 +60,11 @@ def _node_env() -> dict[str, str]:
     there and nowhere else) and the GPUs Ray gave this actor, not the pool. With at least one
     whole GPU of its own the rank is alone on its devices (LOCAL_RANK 0 of 1: NCCL on cuda:0);
     with a fraction it shares one and the trainer falls back to gloo."""
-    env = {"DLSCHED_NODE_ADDR": ray.util.get_node_ip_address()}
+    env = {ENV_NODE_ADDR: ray.util.get_node_ip_address()}
     if "CUDA_VISIBLE_DEVICES" in os.environ:
         env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
     if ray.get_runtime_context().get_assigned_resources().get("GPU", 0.0) >= 1.0:
-        env.update(LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+        env.update({ENV_LOCAL_RANK: "0", ENV_LOCAL_WORLD_SIZE: "1"})
     return env
 
 
@@ -161,7 +162,7 @@ class RankActor:
                master: tuple[str, int], pool: Any = None) -> int | None:
         try:
             env = dict(env)
-            env["MASTER_ADDR"], env["MASTER_PORT"] = master[0], str(master[1])
+            env[ENV_MASTER_ADDR], env[ENV_MASTER_PORT] = master[0], str(master[1])
             for key, value in _node_env().items():  # the backend's own settings win
                 env.setdefault(key, value)
             Path(log_path).parent.mkdir(parents=True, exist_ok=True)

@@ -3,17 +3,27 @@
 Why each queued job waits (written to the store every round, so the API, the status page and
 `dlsched status` show it), and what the API, the service and batch runs ask the controller: the
 cluster view, health, whether it is idle, whether a job may be admitted, where a job's files are.
-Apart from `controller.py` because none of it changes what the controller does.
+Apart from `loop.py` because none of it changes what the controller does.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from dlsched.core.snapshot import JobStatus
-from dlsched.live.admission import admission_problems
+from dlsched.live.controller.admission import admission_problems
+from dlsched.live.controller.waiting import waiting_reasons
 from dlsched.live.spec import TrainJob
-from dlsched.live.waiting import waiting_reasons
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """What a round leaves for readers on other threads: the /cluster document and whether the
+    controller had nothing to do."""
+
+    cluster: dict
+    idle: bool
 
 
 class ControllerReports:
@@ -35,18 +45,26 @@ class ControllerReports:
             del self.waiting_notes[jid]  # a note is about one wait: it ends when the job leaves the queue
 
     # ------------------------------------------------------------------ API helpers
+    def _publish_view(self) -> None:
+        """End of a round: what the API may read until the next one (a new object each time, so a
+        reader on another thread always sees one whole round)."""
+        used, down, nodes = self.state.used, self.state.capacity, []
+        for i, name in enumerate(self.cluster.node_names):
+            cap = self.cluster.capacity[i]
+            jobs = [jid for jid, js in self.state.running.items() if i in js.allocation.nodes]
+            jobs += [f"{jid} (held)" for jid, js in self.state.holding.items() if i in js.held.nodes]
+            nodes.append({"name": name, "gpus": float(cap[0]), "cpus": float(cap[1]), "mem_gb": float(cap[2]),
+                          "used_gpus": float(used[i, 0]), "used_cpus": float(used[i, 1]),
+                          "used_mem_gb": float(used[i, 2]), "up": bool(down[i].any() or not cap.any()),
+                          "jobs": jobs})
+        self.view = ClusterView(
+            cluster={"nodes": nodes, "policy": self.policy.name, "backend": self.backend.name,
+                     "decisions": self.decisions, "last_error": self.last_error},
+            idle=not (self.state.pending or self.state.running or self.backing_off))
+
     def cluster_view(self) -> dict:
-        with self._lock:
-            used, nodes = self.state.used, []
-            for i, name in enumerate(self.cluster.node_names):
-                cap = self.cluster.capacity[i]
-                jobs = [jid for jid, js in self.state.running.items() if i in js.allocation.nodes]
-                jobs += [f"{jid} (held)" for jid, js in self.state.holding.items() if i in js.held.nodes]
-                nodes.append({"name": name, "gpus": float(cap[0]), "cpus": float(cap[1]), "mem_gb": float(cap[2]),
-                              "used_gpus": float(used[i, 0]), "used_cpus": float(used[i, 1]),
-                              "used_mem_gb": float(used[i, 2]), "jobs": jobs})
-            return {"nodes": nodes, "policy": self.policy.name, "backend": self.backend.name,
-                    "decisions": self.decisions, "last_error": self.last_error}
+        """The nodes, their use and the policy as of the last round (never waits for one)."""
+        return self.view.cluster
 
     def admission_problems(self, job: TrainJob) -> list[tuple[str, str]]:
         """Why `job` may not be admitted to this cluster ([] when it may): asked by the API at submit."""
@@ -61,6 +79,5 @@ class ControllerReports:
         return self.last_error
 
     def idle(self) -> bool:
-        """No job waiting or running (what a batch run waits for)."""
-        with self._lock:
-            return not (self.state.pending or self.state.running or self.backing_off)
+        """No job waiting or running as of the last round (what a batch run waits for)."""
+        return self.view.idle

@@ -1,10 +1,10 @@
 """The local backend: every task of a job is a trainer process on this machine.
 
-Tasks are placed on virtual nodes (`dlsched.live.nodes`): the node only decides the process's
+Tasks are placed on virtual nodes (`dlsched.live.backends.nodes`): the node only decides the process's
 `DLSCHED_NODE` and the scheduler's accounting, all processes share this machine's cores. Rank
-order follows the trainer contract (`runs.rank_layout`); the rendezvous is `127.0.0.1` on a port
+order follows the trainer contract (`ranks.rank_layout`); the rendezvous is `127.0.0.1` on a port
 free at launch time, and 127.0.0.1 is every rank's node address (`DLSCHED_NODE_ADDR`): nothing a
-job opens listens beyond this machine. Runs are judged and observed by `runs.RankBackend`; this module only starts,
+job opens listens beyond this machine. Runs are judged and observed by `ranks.RankBackend`; this module only starts,
 polls and signals processes.
 
 Processes are started in their own session, so they survive a controller crash; `pids.json` in
@@ -26,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,10 +34,11 @@ import psutil
 
 from dlsched.core.cluster import Cluster
 from dlsched.core.errors import ConfigError
-from dlsched.live.backend import Launch
-from dlsched.live.nodes import LocalNodes, default_local_nodes, load_nodes
-from dlsched.live.runs import Rank, RankBackend, Run, rank_layout
-from dlsched.live.standby_pool import LocalStandbyPool
+from dlsched.live.backends.base import Launch
+from dlsched.live.backends.nodes import LocalNodes, default_local_nodes, load_nodes
+from dlsched.live.backends.ranks import Rank, RankBackend, Run, rank_layout
+from dlsched.live.backends.standby_pool import LocalStandbyPool
+from dlsched.trainer.protocol import new_run_id, rank_env
 
 PIDS = "pids.json"
 #: Warm interpreters kept when `standby=True`: enough for the largest job of the default nodes.
@@ -93,7 +93,7 @@ class LocalBackend(RankBackend):
     def cluster(self) -> Cluster:
         return self._cluster
 
-    def start(self, launch: Launch) -> None:
+    def _launch(self, launch: Launch) -> None:
         if self._closed:
             raise RuntimeError("backend is closed")
         names = self.nodes.names
@@ -102,13 +102,12 @@ class LocalBackend(RankBackend):
         job_dir = Path(launch.job_dir).resolve()
         (job_dir / "logs").mkdir(parents=True, exist_ok=True)
         argv = launch.job.trainer_argv(job_dir, launch.allocation.num_ps)
-        run = Run(launch, f"{launch.job_id}-a{launch.attempt}-{uuid.uuid4().hex[:8]}", time.time(), [])
+        run = Run(launch, new_run_id(launch.job_id, launch.attempt), time.time(), [])
         port = _free_port()
+        ranks = [(role, names[n]) for role, n in layout]
         try:
             for r, (role, n) in enumerate(layout):
-                env = {"RANK": str(r), "WORLD_SIZE": str(len(layout)), "MASTER_ADDR": LOCAL_ADDR,
-                       "MASTER_PORT": str(port), "DLSCHED_NODE_ADDR": LOCAL_ADDR, "DLSCHED_RUN_ID": run.run_id, "DLSCHED_NODE": names[n],
-                       "DLSCHED_ROLE": role}
+                env = rank_env(run.run_id, ranks, r, master_addr=LOCAL_ADDR, master_port=port, node_addr=LOCAL_ADDR)
                 run.ranks.append(self._spawn(LocalRank(r, role, names[n]), argv, env, job_dir,
                                              job_dir / "logs" / f"run{launch.attempt}-rank{r}.log"))
         except OSError as e:  # cannot even start: take down what did start, report as failed

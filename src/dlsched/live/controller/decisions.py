@@ -1,8 +1,10 @@
 """One decision of the live controller and the Actions it leads to (part of `Controller`).
 
-Snapshot → policy → `ClusterState.diff` → Actions to the backend: preemptions, holds, starts and
-resizes (restart-based: checkpoint, stop, start at the new size), rejections. A decision that
-fails changes nothing and is kept in `last_error`. Apart from `controller.py` because this is where
+Snapshot → policy → `ClusterState.diff` → Actions, handed to the backend in one batch
+(`Backend.apply`: every preemption's and resize's stop at once, then every start and resize's
+launch), then recorded in the core's order: preemptions, holds, starts and resizes
+(restart-based: checkpoint, stop, start at the new size), rejections. A decision that fails
+changes nothing and is kept in `last_error`. Apart from `loop.py` because this is where
 a policy's word becomes processes started and stopped; the round that calls it stays there.
 """
 
@@ -16,8 +18,8 @@ from dlsched.core.allocation import Allocation
 from dlsched.core.errors import PlanError
 from dlsched.core.snapshot import JobStatus
 from dlsched.framework.actions import Action, Kind
-from dlsched.live.backend import Launch
-from dlsched.live.job_record import LiveJobState
+from dlsched.live.backends.base import Launch
+from dlsched.live.controller.job_record import LiveJobState
 
 log = logging.getLogger("dlsched.controller")
 
@@ -52,8 +54,7 @@ class ControllerDecisions:
         if self.metrics is not None:
             self.metrics.decision_failing.set(0)
         self.triggers.wake_at(plan.wake_at, self.time.now)
-        for a in actions:
-            self._act(a)
+        self._carry_out(actions)
 
     def _policy_reasons(self, snap, plan) -> dict[str, str]:
         """The policy's own words on its waiting jobs; a failure there only costs the words."""
@@ -71,10 +72,35 @@ class ControllerDecisions:
             self.metrics.decision_failures_total.inc()
             self.metrics.decision_failing.set(1)
 
-    def _act(self, a: Action) -> None:
+    def _carry_out(self, actions: list[Action]) -> None:
+        """One batched `Backend.apply` for the whole decision (every stop at once, then every
+        launch), then the bookkeeping of each Action in the core's order. Stopped runs' last
+        progress is folded in before their Actions change the state, as a checkpointed step."""
+        stops = [a.job_id for a in actions if a.kind in (Kind.STOP, Kind.RESIZE)]
+        now = self.clock()
+        for jid in stops:
+            self._pending_pause[jid] = (now, "resize")  # a preemption's wait is dropped below: queueing
+        launches: dict[str, Launch] = {}
+        for a in actions:
+            if a.kind in (Kind.START, Kind.RESIZE):
+                js = self.state.jobs[a.job_id]
+                self._pending_pause.setdefault(js.job_id, (now, "start" if js.first_start is None else "restart"))
+                launches[a.job_id] = self._launch(js, a.allocation, attempt=js.attempt)
+        if stops or launches:
+            self.backend.apply(stops, list(launches.values()), self.stop_timeout)
+        observed = self.backend.observe() if stops else {}
+        self.time.now = self.now()
+        for jid in stops:
+            o = observed.get(jid)
+            if o is not None:
+                self._fold(self.state.jobs[jid], o)
+        for a in actions:
+            self._act(a, launches.get(a.job_id))
+
+    def _act(self, a: Action, launch: Launch | None) -> None:
         js = self.state.jobs[a.job_id]
         if a.kind is Kind.STOP:
-            self._stop(js)
+            self.backend.forget(js.job_id)
             self._pending_pause.pop(js.job_id, None)  # a preemption's wait is queueing, not a pause
             self.state.apply(a, self.time.now)
             self.record.queued(js, "preempted", "preempted by the policy", step=int(js.reported_progress))
@@ -87,15 +113,10 @@ class ControllerDecisions:
             return
         else:
             old = js.allocation
-            if a.kind is Kind.RESIZE:
-                self._stop(js)
             kind = "resized" if old else ("started" if js.first_start is None else "restarted")
-            self._pending_pause.setdefault(js.job_id, (self.clock(), "start" if js.first_start is None else (
-                "resize" if old else "restart")))
             self.state.apply(a, self.time.now)
             js.resume_expected = int(js.reported_progress)  # what its "resume" record is checked against
-            self.backend.start(self._launch(js, a.allocation, attempt=js.attempt))
-            js.attempt += 1
+            js.attempt = launch.attempt + 1
             self.record.running(js, a.allocation)
             size = f"{a.allocation.num_workers}w/{a.allocation.num_ps}ps"
             self.record.event(js, kind, f"{old.num_workers}w/{old.num_ps}ps → {size}" if old else size,
@@ -105,15 +126,19 @@ class ControllerDecisions:
             return
         self._count("stop" if a.kind is Kind.STOP else "hold")
 
-    def _stop(self, js: LiveJobState) -> None:
-        """Checkpoint and stop the job's processes, then fold its last reported progress."""
-        self._pending_pause[js.job_id] = (self.clock(), "resize")
-        self.backend.stop(js.job_id, self.stop_timeout)
-        obs = self.backend.observe().get(js.job_id)
+    def _stop_now(self, jobs: list[LiveJobState]) -> None:
+        """Checkpoint and stop these jobs' runs in one batch (cancel, shutdown, a failed node),
+        fold their last reported progress and drop them from the backend."""
+        if not jobs:
+            return
+        self.backend.apply([js.job_id for js in jobs], [], self.stop_timeout)
+        observed = self.backend.observe()
         self.time.now = self.now()
-        if obs is not None:
-            self._fold(js, obs)
-        self.backend.forget(js.job_id)
+        for js in jobs:
+            o = observed.get(js.job_id)
+            if o is not None:
+                self._fold(js, o)
+            self.backend.forget(js.job_id)
 
     def _launch(self, js: LiveJobState, alloc: Allocation, attempt: int) -> Launch:
         launch = Launch(js.job_id, js.train_job, alloc, self.record.job_dir(js.job_id), attempt=attempt)

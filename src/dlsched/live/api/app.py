@@ -20,12 +20,12 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, Field
 
-from dlsched.live.auth import ApiAuth
-from dlsched.live.metrics import CONTENT_TYPE, LiveMetrics
+from dlsched.live.api.auth import ApiAuth
+from dlsched.live.api.metrics import CONTENT_TYPE, LiveMetrics
 from dlsched.live.spec import TrainJob
-from dlsched.live.status_page import JobPage, render_status_page
+from dlsched.live.api.status_page import JobPage, render_status_page
 from dlsched.live.store import Store
-from dlsched.live.store_views import FINISHED, EventView, JobStatusName, JobView, WrongState
+from dlsched.live.store.views import FINISHED, EventView, JobStatusName, JobView, WrongState
 
 
 log = logging.getLogger("dlsched.api")
@@ -56,6 +56,7 @@ class NodeView(BaseModel):
     used_gpus: float
     used_cpus: float
     used_mem_gb: float
+    up: bool = Field(True, description="false while the backend reports the node down (failed, NotReady)")
     jobs: list[str] = []
 
 

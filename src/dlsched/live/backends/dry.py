@@ -13,11 +13,29 @@ restart overhead models).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Callable
 
 from dlsched.core.cluster import Cluster
-from dlsched.live.backend import Backend, Launch, Observation
+from dlsched.core.events import NodeEvent
+from dlsched.live.backends.base import STOP_TIMEOUT_S, Backend, Launch, Observation
+
+
+def made_up_rate(rate_per_worker: float, workers: int, scaling: float) -> float:
+    """Steps/s of a run with `workers` workers: `rate_per_worker * workers ** scaling`."""
+    return rate_per_worker * workers ** scaling
+
+
+def made_up_step(base: int, elapsed: float, startup: float, rate: float, steps: int) -> int:
+    """Steps done `elapsed` seconds after a run started from checkpointed step `base`: none for
+    `startup` seconds, then `rate` a second, never past `steps`."""
+    return min(steps, base + int(max(0.0, elapsed - startup) * rate))
+
+
+def made_up_finish(base: int, startup: float, rate: float, steps: int) -> float:
+    """Seconds after its start at which such a run reaches `steps` (`made_up_step` == steps)."""
+    return startup + max(0, steps - base) / rate
 
 
 class FakeClock:
@@ -59,29 +77,31 @@ class DryBackend(Backend):
         self.checkpoints: dict[str, int] = {}
         self.launches: list[Launch] = []
         self.completions: dict[str, int] = {}  # job -> times it wrote done
+        self._events: list[NodeEvent] = []
 
     def cluster(self) -> Cluster:
         return self._cluster
 
     def rate(self, launch: Launch) -> float:
-        return self.rate_per_worker * launch.allocation.num_workers ** self.scaling
+        return made_up_rate(self.rate_per_worker, launch.allocation.num_workers, self.scaling)
 
     def _step(self, run: _Run) -> int:
-        t = self.clock() - run.started - self.startup
-        return min(run.launch.job.steps, run.base + int(max(0.0, t) * self.rate(run.launch)))
+        return made_up_step(run.base, self.clock() - run.started, self.startup, self.rate(run.launch),
+                            run.launch.job.steps)
 
-    def start(self, launch: Launch) -> None:
-        assert launch.job_id not in self.runs or self.runs[launch.job_id].stopped or self.runs[launch.job_id].failed
-        self.launches.append(launch)
-        self.runs[launch.job_id] = _Run(launch, self.clock(), self.checkpoints.get(launch.job_id, 0),
-                                        run_id=f"{launch.job_id}-dry{len(self.launches)}")
-
-    def stop(self, job_id: str, timeout: float = 30.0) -> None:
-        run = self.runs.get(job_id)
-        if run is None or run.stopped:
-            return
-        self.checkpoints[job_id] = self._step(run)
-        run.stopped = True
+    def apply(self, stops: Sequence[str], launches: Sequence[Launch], timeout: float = STOP_TIMEOUT_S) -> None:
+        for job_id in stops:
+            run = self.runs.get(job_id)
+            if run is not None and not (run.stopped or run.failed):
+                self.checkpoints[job_id] = self._step(run)
+                run.stopped = True
+        for launch in launches:
+            old = self.runs.get(launch.job_id)
+            if old is not None and not (old.stopped or old.failed):
+                raise RuntimeError(f"job {launch.job_id} is still running; stop it before starting it again")
+            self.launches.append(launch)
+            self.runs[launch.job_id] = _Run(launch, self.clock(), self.checkpoints.get(launch.job_id, 0),
+                                            run_id=f"{launch.job_id}-dry{len(self.launches)}")
 
     def crash(self, job_id: str, message: str = "killed") -> None:
         """Make the job's current run fail with `message`, losing what it did since its start (tests)."""
@@ -90,6 +110,21 @@ class DryBackend(Backend):
         self.checkpoints[job_id] = run.base  # nothing checkpointed since the start
         run.failed = True
         run.history.append((self._step(run), 0.0))
+
+    def fail_node(self, node: int, message: str = "node failed") -> None:
+        """Node `node` goes down: the runs on it fail (as `crash`), and `node_events` says so (tests)."""
+        for jid, run in self.runs.items():
+            if node in run.launch.allocation.nodes and not (run.stopped or run.failed):
+                self.crash(jid, message)
+        self._events.append(NodeEvent(self.clock(), node, "fail"))
+
+    def join_node(self, node: int) -> None:
+        """Node `node` is back (tests)."""
+        self._events.append(NodeEvent(self.clock(), node, "join"))
+
+    def node_events(self) -> list[NodeEvent]:
+        out, self._events = self._events, []
+        return out
 
     def lose_checkpoint(self, job_id: str) -> None:
         """Delete the job's checkpoint: its next run starts from step 0 (tests)."""
@@ -106,13 +141,14 @@ class DryBackend(Backend):
             if state == "done" and jid not in self.completions:
                 self.completions[jid] = 1
             out[jid] = Observation(
-                job_id=jid, state=state, step=step, loss=1.0 / (1 + step),
+                job_id=jid, state=state, step=step,
                 steps_per_s=self.rate(run.launch) if started else None,
                 samples=[(s, 1.0 / (1 + s)) for s in range(0, step + 1, max(1, step // 10 or 1))],
-                run_started=run.started, first_step_at=first if started else None,
+                first_step_at=first if started else None,
                 message=run.message if run.failed else "",
                 resume={"event": "resume", "run": run.run_id, "step": run.base, "problems": [],
                         "checkpoint": f"dry-{run.base}" if run.base else None},
+                done={"steps": step, "loss": 1.0 / (1 + step)} if state == "done" else None,
             )
         return out
 

@@ -3,16 +3,16 @@
 A run that died without `done.json` goes back to the queue and waits out a backoff (`retry.py`)
 where no policy sees it (`ClusterState.park`); after `retry.attempts` failures in a row without
 getting further the job is `failed`. The count and the end of the wait are kept in the store.
-Apart from `controller.py` because this is the one path a job takes when its processes die.
+Apart from `loop.py` because this is the one path a job takes when its processes die.
 """
 
 from __future__ import annotations
 
 from dlsched.core.snapshot import JobStatus
-from dlsched.live.backend import Observation
-from dlsched.live.job_record import LiveJobState
-from dlsched.live.retry import waiting_note
-from dlsched.live.runs import one_line
+from dlsched.live.backends.base import Observation
+from dlsched.live.controller.job_record import LiveJobState
+from dlsched.live.controller.retry import waiting_note
+from dlsched.live.backends.ranks import one_line
 
 
 class ControllerFailures:

@@ -10,8 +10,8 @@ and the controller's thread at once. Updates write only the columns they are giv
 those columns, not a read-modify-write of the whole row), so the controller publishing progress
 cannot undo a cancel request the API wrote a moment before.
 
-The pieces around it: `store_views.py` (what it hands out: JobView, EventView, statuses, ids),
-`store_schema.py` (the tables and their migration), `store_engine.py` (opening a URL, masking its
+The pieces around it: `views.py` (what it hands out: JobView, EventView, statuses, ids),
+`schema.py` (the tables and their migration), `engine.py` (opening a URL, masking its
 password).
 """
 
@@ -27,11 +27,11 @@ from sqlalchemy.orm import sessionmaker
 
 from dlsched.core.errors import ConfigError
 from dlsched.live.spec import TrainJob
-from dlsched.live.store_engine import _make_engine, mask_url, scrub
-from dlsched.live.store_schema import (
+from dlsched.live.store.engine import _make_engine, mask_url, scrub
+from dlsched.live.store.schema import (
     LEASE_FIELDS, _LEASE_ROW, _add_missing_columns, _Base, _Event, _Job, _Lease, _Meta,
 )
-from dlsched.live.store_views import (
+from dlsched.live.store.views import (
     DELETABLE, JOB_STATUSES, RETRYABLE, UPDATABLE, EventView, JobView, WrongState, format_job_id, parse_job_id,
 )
 

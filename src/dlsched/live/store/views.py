@@ -3,7 +3,7 @@
 the wrong status.
 
 These are the store's vocabulary, shared by the store, the API, the status page and the
-controller; they hold no database code (the tables are in `store_schema.py`), so reading them
+controller; they hold no database code (the tables are in `schema.py`), so reading them
 needs no SQLAlchemy.
 """
 

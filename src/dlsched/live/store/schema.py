@@ -3,7 +3,7 @@
 Jobs, their events, settings (`dlsched_meta`) and the owner's lease row. `create_all` only
 creates missing tables, so `_add_missing_columns` brings a store made by an older version up to
 date. The names are the store's own: only `store.py` uses them; everything else sees
-`store_views.py`.
+`views.py`.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class _Meta(_Base):
 
 
 class _Lease(_Base):
-    """At most one row: the service that owns this store (see `dlsched.live.lease`)."""
+    """At most one row: the service that owns this store (see `dlsched.live.store.lease`)."""
 
     __tablename__ = "dlsched_lease"
 

@@ -8,7 +8,7 @@ pinned to the node the scheduler chose through a per-node resource (see "Labelli
 Ray actor living in its bundle (`ray_actors.RankActor`); the actor starts the trainer (`python -m
 dlsched.trainer ...`) as a subprocess on its node with the torch.distributed environment of its
 rank, and answers liveness / exit-code polls. Runs are judged and observed by
-`runs.RankBackend`, exactly as the local backend's are.
+`ranks.RankBackend`, exactly as the local backend's are.
 
 Shared filesystem. The trainer writes `progress.jsonl`, `checkpoint.pt` and `done.json` into the
 job directory, and the backend reads progress there (`ProgressReader`), so the job directory must
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import signal
 import time
-import uuid
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,13 +45,17 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from dlsched.core.cluster import Cluster
 from dlsched.core.errors import ConfigError
-from dlsched.live.backend import Launch
-from dlsched.live.ray_actors import RankActorRemote, RayStandbyPoolRemote
-from dlsched.live.ray_cluster import DEFAULT_SLOT, GIB, RayNode, connect, discover_nodes, to_cluster
-from dlsched.live.runs import Rank, RankBackend, Run, rank_layout
+from dlsched.core.events import NodeEvent
+from dlsched.live.backends.base import Launch
+from dlsched.live.backends.ray_actors import RankActorRemote, RayStandbyPoolRemote
+from dlsched.live.backends.ray_cluster import DEFAULT_SLOT, GIB, RayNode, connect, discover_nodes, to_cluster
+from dlsched.live.backends.ranks import Rank, RankBackend, Run, rank_layout
+from dlsched.trainer.protocol import new_run_id, rank_env
 
 #: A bundle takes this much of its node's label resource: enough to pin it, never a limit.
 PIN_AMOUNT = 0.001
+#: How often `node_events` asks Ray which nodes are alive (a GCS call).
+NODE_CHECK_S = 2.0
 
 
 @dataclass
@@ -103,6 +106,8 @@ class RayBackend(RankBackend):
         self.pg_timeout = pg_timeout
         self.standby = standby
         self._pools: dict[tuple, Any] = {}
+        self._down: set[int] = set()  # nodes seen dead (`node_events`)
+        self._node_check = 0.0
         self._nodes: list[RayNode] = []
         self._cluster: Cluster | None = None
         self._owns_ray = not ray.is_initialized()  # else: the caller's connection, left open on close()
@@ -130,13 +135,34 @@ class RayBackend(RankBackend):
     def nodes(self) -> list[RayNode]:
         return list(self._nodes)
 
+    def node_events(self) -> list[NodeEvent]:
+        """Injected events (`fail_node`) and, at most every `NODE_CHECK_S`, the Ray nodes that
+        died or came back: a node is known by its label resource (its name), so a raylet that
+        restarts with the same label is the same node back."""
+        out = super().node_events()
+        now = time.time()
+        if now - self._node_check < NODE_CHECK_S:
+            return out
+        self._node_check = now
+        alive = {k for n in ray.nodes() if n.get("Alive") for k in n.get("Resources", {})}
+        alive |= {f"node:{n['NodeManagerAddress']}" for n in ray.nodes() if n.get("Alive")}
+        for i, node in enumerate(self._nodes):
+            up = node.pin is None or node.pin in alive
+            if not up and i not in self._down:
+                self._down.add(i)
+                out.append(NodeEvent(now, i, "fail"))
+            elif up and i in self._down:
+                self._down.discard(i)
+                out.append(NodeEvent(now, i, "join"))
+        return out
+
     def cluster(self) -> Cluster:
         if self._cluster is None:
             self._cluster = to_cluster(self._nodes, self.slot_resource, self.cluster_name)
         return self._cluster
 
     # ------------------------------------------------------------------ start
-    def start(self, launch: Launch) -> None:
+    def _launch(self, launch: Launch) -> None:
         layout = rank_layout(launch, [n.name for n in self._nodes])
         for _, i in layout:
             if self._nodes[i].pin is None:
@@ -147,7 +173,7 @@ class RayBackend(RankBackend):
         self._check_restartable(launch.job_id)
         job, job_dir = launch.job, Path(launch.job_dir)
         job_dir.mkdir(parents=True, exist_ok=True)
-        run_id = f"{launch.job_id}-a{launch.attempt}-{uuid.uuid4().hex[:6]}"
+        run_id = new_run_id(launch.job_id, launch.attempt)
         ranks = [RayRank(r, role, self._nodes[i].name, log=job_dir / "logs" / f"{run_id}-rank{r}.log",
                          node_index=i) for r, (role, i) in enumerate(layout)]
         run = RayRun(launch, run_id, time.time(), ranks)
@@ -183,9 +209,9 @@ class RayBackend(RankBackend):
                 opts["resources"] = {self.slot_resource: slots}
             rk.actor = RankActorRemote.options(**{k: v for k, v in opts.items() if v is not None}).remote()
         master = ranks[0].actor.master.remote()
-        for rk in ranks:
-            env = {**self.env, "RANK": str(rk.rank), "WORLD_SIZE": str(len(ranks)), "DLSCHED_RUN_ID": run_id,
-                   "DLSCHED_NODE": rk.node, "DLSCHED_ROLE": rk.role}
+        names = [(rk.role, rk.node) for rk in ranks]
+        for rk in ranks:  # the rendezvous address and this node's address are set on the node (`RankActor.launch`)
+            env = {**self.env, **rank_env(run_id, names, rk.rank, local_ranks=False)}
             rk.pool = self._pool(rk.node_index)
             rk.actor.launch.remote(self.trainer_cmd, argv, env, str(job_dir), str(rk.log), master, rk.pool)
             rk.where_ref = rk.actor.where.remote()

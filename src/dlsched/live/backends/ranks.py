@@ -1,10 +1,11 @@
 """What every process-running backend does the same way: rank layout, run records, judging, observing.
 
 A backend that runs a job as ranks (trainer processes) subclasses `RankBackend` and supplies only
-its mechanism: how to start the ranks of a `Launch` (in its own `start`), and how to poll,
-signal, wait for and release them (`_poll_ranks`, `_signal`, `_wait`, `_release`). Everything
-the controller sees is decided here, once: the rank order of the trainer contract, a run's state,
-the failure message and the `Observation`.
+its mechanism: how to start the ranks of a `Launch` (`_launch`), and how to poll, signal, wait for
+and release them (`_poll_ranks`, `_signal`, `_wait`, `_release`). Everything the controller sees
+is decided here, once: the rank order of the trainer contract, a batch of stops and launches
+(`apply`: every stop signalled at once, so a preemption wave costs one timeout, not one per job),
+a run's state, the failure message and the `Observation`.
 
 A run is judged from its ranks and the job directory: done once `done.json` exists and every rank
 has exited (ranks still up `DONE_GRACE_S` after it are killed); stopped once every rank has exited
@@ -14,9 +15,8 @@ rank) and `message` carries how each rank ended and the failing rank's log tail.
 cleanly (or with an unknown code) while others run is given `EXIT_GRACE_S` for the done marker to
 appear before the run counts as failed.
 
-Resize pause: `stop` records when it sent SIGTERM in `last_stop_requested[job_id]` (unix time);
-the next run's `Observation.first_step_at` is the time of its trainer's "start" record, so the
-pause is `first_step_at - last_stop_requested[job_id]`. `run_started` is when the run was launched.
+`Observation.first_step_at` is the time of the run's trainer's "start" record (its first step):
+the controller measures a resize pause from when it asked for the stop to that time.
 """
 
 from __future__ import annotations
@@ -25,12 +25,14 @@ import re
 import signal
 import time
 from abc import abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from dlsched.core.errors import ConfigError
-from dlsched.live.backend import Backend, Launch, Observation, RunState
-from dlsched.trainer.protocol import ProgressReader, is_done, log_tail
+from dlsched.core.events import NodeEvent
+from dlsched.live.backends.base import STOP_TIMEOUT_S, Backend, Launch, Observation, RunState
+from dlsched.trainer.protocol import ProgressReader, is_done, log_tail, read_done
 
 #: A rank gone (exit code 0 or unknown) while others run: failed after this long without done.json.
 EXIT_GRACE_S = 5.0
@@ -172,11 +174,12 @@ def observation(job: Job) -> Observation:
             break
     current = rd.last is not None and rd.last.get("run") == run.run_id
     resume = next((rec for rec in reversed(rd.resumes) if rec.get("run") == run.run_id), None)
+    job_dir = Path(run.launch.job_dir)
     return Observation(
-        job_id=run.launch.job_id, state=run.state, step=rd.step, loss=rd.loss,
+        job_id=run.launch.job_id, state=run.state, step=rd.step,
         steps_per_s=rd.steps_per_s if current and run.state == "running" else None,
-        samples=list(rd.samples), run_started=run.started, first_step_at=first, message=run.message,
-        resume=resume)
+        samples=list(rd.samples), first_step_at=first, message=run.message, resume=resume,
+        done=(read_done(job_dir) or {}) if is_done(job_dir) else None)
 
 
 class RankBackend(Backend):
@@ -188,10 +191,15 @@ class RankBackend(Backend):
 
     def __init__(self) -> None:
         self.jobs: dict[str, Job] = {}
-        #: unix time `stop` sent SIGTERM to the job's last run (for the resize pause)
-        self.last_stop_requested: dict[str, float] = {}
+        self._node_events: list[NodeEvent] = []
 
     # ------------------------------------------------------------------ mechanism
+    @abstractmethod
+    def _launch(self, launch: Launch) -> None:
+        """Start every rank of `launch` (`_check_restartable`, `rank_layout`, then `_install` the
+        `Run`); a launch that cannot start is installed as a failed run (`_end`), not raised,
+        except for an allocation the job cannot run on (`ConfigError`, a controller bug)."""
+
     @abstractmethod
     def _poll_ranks(self, ranks: list[Rank], now: float) -> None:
         """Refresh `exited`/`code`/`error` of `ranks` (`Rank.ended`) without blocking for long."""
@@ -208,10 +216,12 @@ class RankBackend(Backend):
         """Free what an ended run holds besides its processes (Ray: actors, placement group)."""
 
     # ------------------------------------------------------------------ Backend
-    def stop(self, job_id: str, timeout: float = 30.0) -> None:
-        job = self.jobs.get(job_id)
-        if job is not None:
-            self._stop_runs([job.run], timeout)
+    def apply(self, stops: Sequence[str], launches: Sequence[Launch], timeout: float = STOP_TIMEOUT_S) -> None:
+        runs = [self.jobs[j].run for j in dict.fromkeys(stops) if j in self.jobs]
+        if runs:
+            self._stop_runs(runs, timeout)
+        for launch in launches:
+            self._launch(launch)
 
     def observe(self) -> dict[str, Observation]:
         out = {}
@@ -220,6 +230,23 @@ class RankBackend(Backend):
             job.reader.poll()
             out[jid] = observation(job)
         return out
+
+    def node_events(self) -> list[NodeEvent]:
+        out, self._node_events = self._node_events, []
+        return out
+
+    def fail_node(self, node: int) -> None:
+        """Fault injection (chaos runs, the conformance suite): node `node` goes down. Every rank
+        on it is killed, so its runs fail as they would with the machine, and `node_events`
+        reports the failure (the controller then keeps the node out of plans)."""
+        name = self.cluster().node_names[node]
+        self._kill([rk for job in self.jobs.values() if job.run.state == "running"
+                    for rk in job.run.ranks if rk.node == name and not rk.exited], KILL_WAIT_S)
+        self._node_events.append(NodeEvent(time.time(), node, "fail"))
+
+    def join_node(self, node: int) -> None:
+        """Fault injection: node `node` is back."""
+        self._node_events.append(NodeEvent(time.time(), node, "join"))
 
     def forget(self, job_id: str) -> None:
         job = self.jobs.get(job_id)
@@ -268,7 +295,6 @@ class RankBackend(Backend):
             if run.state != "running":
                 continue
             run.stop_requested = now
-            self.last_stop_requested[run.launch.job_id] = now
             stopping.append(run)
             live += [rk for rk in run.ranks if not rk.exited]
         if live:

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 from urllib.parse import urlencode
 
 from dlsched.core.text import visible
-from dlsched.live.store_views import JobView
+from dlsched.live.store.views import JobView
 
 
 def escape(text: str) -> str:

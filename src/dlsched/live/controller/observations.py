@@ -2,15 +2,15 @@
 
 Each round a running job's reported step, speed, loss samples and first step after a (re)start
 become its progress, `rate`, `observed_rates` and the measured pauses; a finished run ends the job,
-a dead one goes to `controller_failures.py`; the trainer's "resume" record becomes a checkpoint
-event when the run did not resume where the job was. Apart from `controller.py` because this is the
+a dead one goes to `failures.py`; the trainer's "resume" record becomes a checkpoint
+event when the run did not resume where the job was. Apart from `loop.py` because this is the
 only place measurements enter the scheduler's state.
 """
 
 from __future__ import annotations
 
-from dlsched.live.backend import Observation
-from dlsched.live.job_record import LiveJobState
+from dlsched.live.backends.base import Observation
+from dlsched.live.controller.job_record import LiveJobState
 
 
 class ControllerObservations:
@@ -25,9 +25,8 @@ class ControllerObservations:
                 continue
             self._fold(js, o)
             self._note_resume(js, o)
-            done = self.record.done_marker(js.job_id)
-            if o.state == "done" or done is not None:  # finished, even while its ranks still exit:
-                self._finish(js, done or {})  # never resize or restart a complete job (`forget` stops the rest)
+            if o.state == "done" or o.done is not None:  # finished, even while its ranks still exit:
+                self._finish(js, o.done or {})  # never resize or restart a complete job (`forget` stops the rest)
             elif o.state in ("failed", "stopped"):
                 self._failed(js, o)
 

@@ -19,9 +19,9 @@ The store is the only channel to the API: new jobs and cancel requests are read 
 is written back. Times are seconds since the service's epoch, kept in the store, so a restarted
 service sees the same clock.
 
-Its parts, each a mixin of `Controller` in a module of its own: `controller_decisions.py` (a
-decision and its Actions), `controller_observations.py` (folding what the backend observed),
-`controller_failures.py` (failed runs: backoff, retry, fail), `controller_reports.py` (waiting
+Its parts, each a mixin of `Controller` in a module of its own: `decisions.py` (a
+decision and its Actions), `observations.py` (folding what the backend observed),
+`failures.py` (failed runs: backoff, retry, fail), `reports.py` (waiting
 reasons, health, the cluster view). This module holds the state they share, recovery after a
 restart, the round that calls them, and a job's end.
 """
@@ -41,13 +41,14 @@ from dlsched.core.policy import Policy
 from dlsched.core.snapshot import Clock, JobStatus
 from dlsched.framework.state import ClusterState
 from dlsched.framework.triggers import Triggers
-from dlsched.live.backend import Backend
-from dlsched.live.controller_decisions import ControllerDecisions
-from dlsched.live.controller_failures import ControllerFailures
-from dlsched.live.controller_observations import ControllerObservations
-from dlsched.live.controller_reports import ControllerReports
-from dlsched.live.job_record import JobRecord, LiveJobState
-from dlsched.live.retry import RetryConfig
+from dlsched.live.backends.base import Backend
+from dlsched.live.controller.decisions import ControllerDecisions
+from dlsched.live.controller.failures import ControllerFailures
+from dlsched.live.controller.observations import ControllerObservations
+from dlsched.live.controller.reports import ControllerReports
+from dlsched.live.controller.job_record import JobRecord, LiveJobState
+from dlsched.live.controller.reports import ClusterView
+from dlsched.live.controller.retry import RetryConfig
 
 log = logging.getLogger("dlsched.controller")
 
@@ -103,9 +104,11 @@ class Controller(ControllerDecisions, ControllerObservations, ControllerFailures
         self._policy_said: dict[str, str] = {}
         self._last_decision: float | None = None
         self._waiting: dict[str, str] = {}
-        self._lock = threading.Lock()
+        self._round = threading.Lock()  # one round (or the shutdown) at a time; the API never takes it
+        self.view: ClusterView  # published at the end of every round (`_publish_view`)
         policy.reset(self.cluster, seed)
         self._recover()
+        self._publish_view()
 
     def now(self) -> float:
         """Seconds since the service's epoch: the policies' clock."""
@@ -159,11 +162,15 @@ class Controller(ControllerDecisions, ControllerObservations, ControllerFailures
 
     # ------------------------------------------------------------------ one round
     def step(self) -> None:
-        """One round: read the store, observe the backend, decide if due, act, write back."""
-        with self._lock:
+        """One round: read the store, observe the backend, decide if due, act, write back, and
+        publish the cluster view the API reads. Rounds (and `shutdown`) take turns on the round
+        lock, which nothing else takes: the API reads only the published view and the store, so
+        it never waits on a decision or on backend I/O."""
+        with self._round:
             self.time.now = self.now()
             self._ingest()
             self._end_backoffs()
+            self._node_changes()
             self._observe()
             reasons = self.triggers.due(self.time.now, self._happened)
             self._happened = set()
@@ -172,6 +179,7 @@ class Controller(ControllerDecisions, ControllerObservations, ControllerFailures
             self.record.publish(self.state, self.metrics)
             self._publish_waiting()
             self._forget_ended()
+            self._publish_view()
 
     def run(self, stop: threading.Event) -> None:
         """`step` every `tick` seconds until `stop` is set; an error in one round is logged, not fatal."""
@@ -183,6 +191,7 @@ class Controller(ControllerDecisions, ControllerObservations, ControllerFailures
             stop.wait(self.tick)
 
     def _ingest(self) -> None:
+        cancelled: list[LiveJobState] = []
         for view in self.store.list(["queued", "running"]):
             js = self.state.jobs.get(view.id)
             if js is None:
@@ -190,11 +199,38 @@ class Controller(ControllerDecisions, ControllerObservations, ControllerFailures
                 if js.status is JobStatus.PENDING:
                     self.record.event(js, "queued", "waiting for the policy")
             if view.cancel_requested and js.status in (JobStatus.PENDING, JobStatus.RUNNING):
-                if js.status is JobStatus.RUNNING:
-                    self.backend.stop(view.id, self.stop_timeout)
-                    self.backend.forget(view.id)
-                    self._count("cancel")
-                self._end(js, JobStatus.UNFINISHED, "cancelled", "cancelled by the user")
+                cancelled.append(js)
+        self._stop_now([js for js in cancelled if js.status is JobStatus.RUNNING])
+        for js in cancelled:
+            if js.status is JobStatus.RUNNING:
+                self._count("cancel")
+            self._end(js, JobStatus.UNFINISHED, "cancelled", "cancelled by the user")
+
+    def _node_changes(self) -> None:
+        """Nodes the backend saw fail or come back. A failed node's jobs lose their runs (stopped,
+        back to waiting, resuming from their checkpoints, as in the simulator) and the node offers
+        nothing until it is back."""
+        for ev in self.backend.node_events():
+            if not 0 <= ev.node < len(self.cluster.node_names):
+                log.warning("the backend reported node index %s, which is not in the cluster", ev.node)
+                continue
+            name = self.cluster.node_names[ev.node]
+            if ev.kind == "fail":
+                if self.state.capacity[ev.node].any():
+                    hit = [js for js in self.state.on_node(ev.node) if js.status is JobStatus.RUNNING]
+                    self._stop_now(hit)
+                    self.state.fail_node(ev.node, self.time.now)  # its runs stop, holds on it go
+                    for js in hit:
+                        self._pending_pause.pop(js.job_id, None)
+                        self.record.queued(js, "node-failed", f"its node {name} failed: resumes from its "
+                                           "checkpoint", step=int(js.reported_progress))
+                    self._happened.add("failure")
+                    log.warning("node %s failed (%d job(s) on it)", name, len(hit))
+            elif ev.kind == "join":
+                if not self.state.capacity[ev.node].any():
+                    self.state.join_node(ev.node)
+                    self._happened.add("node")
+                    log.info("node %s is back", name)
 
     # ------------------------------------------------------------------ a job's end
     def _finish(self, js: LiveJobState, done: dict) -> None:
@@ -222,14 +258,16 @@ class Controller(ControllerDecisions, ControllerObservations, ControllerFailures
             self.metrics.actions_total.labels(kind=kind).inc()
 
     def shutdown(self, stop_jobs: bool = True) -> None:
-        """Stop the running jobs (checkpointing; they resume when the service starts again) or
-        leave them running, to be re-adopted by the next start."""
-        with self._lock:
+        """Stop the running jobs in one batch (checkpointing; they resume when the service starts
+        again) or leave them running, to be re-adopted by the next start."""
+        with self._round:
             if not stop_jobs:
                 return
-            for js in list(self.state.running.values()):
-                self._stop(js)
+            running = list(self.state.running.values())
+            self._stop_now(running)
+            for js in running:
                 self._pending_pause.pop(js.job_id, None)
                 self.state.stop(js, self.time.now, preempted=True)
                 self.record.queued(js, "suspended", "service stopped: resumes from its checkpoint",
                                    step=int(js.reported_progress))
+            self._publish_view()
