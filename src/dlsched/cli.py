@@ -15,6 +15,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dlsched.cli_experiments import experiment_app
+from dlsched.cli_k8s import k8s_app
 from dlsched.cli_live import register_live
 from dlsched.cli_sweep import register_sweep
 from dlsched.cli_train import train_app
@@ -35,6 +36,7 @@ trace_app = typer.Typer(help="Inspect and check trace files.", add_completion=Fa
 app.add_typer(trace_app, name="trace")
 app.add_typer(experiment_app, name="experiment")
 app.add_typer(train_app, name="train")
+app.add_typer(k8s_app, name="k8s")
 
 # --------------------------------------------------------------------------- simulate / compare
 

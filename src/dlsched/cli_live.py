@@ -235,7 +235,21 @@ def _show_job(job: dict, events: list[dict]) -> None:
 
 
 def register_live(app: typer.Typer) -> None:
-    """Add serve/submit/status/cancel/retry/delete to the `dlsched` app."""
+    """Add serve/submit/status/cancel/retry/delete/backends to the `dlsched` app."""
+
+    @app.command("backends")
+    @friendly
+    def list_backends() -> None:
+        """List the live backends and their options (`dlsched serve --backend NAME -o KEY=VALUE`)."""
+        from dlsched.live.backends.registry import BACKENDS
+
+        for entry in BACKENDS.values():
+            console.print(f"[bold]{entry.name}[/]: {entry.summary}", highlight=False)
+            for key, field in entry.options.model_fields.items():
+                text = field.description or ""
+                if field.default is not None and "default" not in text:
+                    text += f" (default {field.default})"
+                console.print(f"    {key:<16}{text}", highlight=False, markup=False)
 
     @app.command("serve")
     @friendly
