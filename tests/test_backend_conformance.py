@@ -22,6 +22,7 @@ from dlsched.core.allocation import Allocation
 from dlsched.core.cluster import Cluster
 from dlsched.live.backends.base import Backend, Launch, Observation
 from dlsched.live.spec import TrainJob
+from tests.k8s_control_plane import control_plane  # noqa: F401  (the Kubernetes kit's session control plane)
 
 
 class Kit:
@@ -143,10 +144,7 @@ def kit(request, tmp_path_factory):
     elif request.param == "ray":
         k = RayKit(tmp_path_factory.mktemp("ray"))
     else:
-        try:
-            from tests.k8s_conformance_kit import kubernetes_kit
-        except ModuleNotFoundError:
-            pytest.skip("the Kubernetes kit is not written yet")
+        from tests.k8s_conformance_kit import kubernetes_kit
 
         k = kubernetes_kit(request)
     yield k

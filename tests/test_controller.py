@@ -356,3 +356,45 @@ def test_the_service_config_retry_section_reaches_the_controller(tmp_path):
     path.write_text("retry: {backoff_initial: 10, backoff_max: 5}\n")
     with pytest.raises(ConfigError, match="backoff_max"):
         load_service_config(path)
+
+
+def test_what_others_use_on_a_node_is_not_offered_and_running_jobs_keep_their_place(tmp_path):
+    """A backend's foreign usage (another scheduler's pods on a shared node) shrinks what the
+    policy may place, never below what the controller's own jobs use."""
+    clock, backend, store, ctl = _setup(tmp_path, make_policy("fifo"), gpus=2)
+    others = np.zeros_like(backend.cluster().capacity)
+    backend.foreign_usage = lambda: others
+    a = store.add(TrainJob(model="mlp", steps=10_000, workers=1), now=clock())
+    _drive(ctl, clock, 2)
+    assert store.get(a.id).status == "running"
+    others[0, 0] = 2.0  # someone takes both GPUs' worth: a keeps its one, nothing more is offered
+    b = store.add(TrainJob(model="mlp", steps=20, workers=1), now=clock())
+    _drive(ctl, clock, 5)
+    assert store.get(a.id).status == "running" and store.get(b.id).status == "queued"
+    assert ctl.cluster_view()["nodes"][0]["used_gpus"] == 1.0
+    others[0, 0] = 1.0  # one GPU back, still none free beside a's
+    _drive(ctl, clock, 3)
+    assert store.get(b.id).status == "queued"
+    others[0, 0] = 0.0
+    _drive(ctl, clock, 10)
+    assert store.get(b.id).status == "done"
+
+
+def test_a_node_the_backend_reports_failed_stops_its_jobs_which_the_policy_places_again(tmp_path):
+    """A node event from the backend reaches the core: the job on the failed node waits again
+    (not a failed run), is placed elsewhere, and the node offers nothing until it is back."""
+    clock, backend, store, ctl = _setup(tmp_path, make_policy("fifo"), nodes=2, gpus=1)
+    a = store.add(TrainJob(model="mlp", steps=200), now=clock())
+    b = store.add(TrainJob(model="mlp", steps=200), now=clock())
+    _drive(ctl, clock, 3)
+    on = {j: backend.launches[i].allocation.nodes[0] for i, j in enumerate([a.id, b.id])}
+    backend.fail_node(on[a.id])
+    _drive(ctl, clock, 2)
+    kinds = [e.kind for e in store.events(a.id)]
+    assert "node-failed" in kinds and "failed-run" not in kinds
+    assert store.get(a.id).status == "queued"  # the other node is b's
+    assert [n["up"] for n in ctl.cluster_view()["nodes"]] == [i != on[a.id] for i in range(2)]
+    backend.join_node(on[a.id])
+    _drive(ctl, clock, 60)
+    assert store.get(a.id).status == store.get(b.id).status == "done"
+    assert all(n["up"] for n in ctl.cluster_view()["nodes"])

@@ -42,6 +42,8 @@ class ClusterState:
         self.startup_overhead = startup_overhead  # pause before the first step (simulator only;
         self.restart_overhead = restart_overhead  # live, the measured pause is in the progress)
         self.capacity = cluster.capacity.copy()  # a node that failed has 0 until it joins again
+        self.foreign: np.ndarray | None = None  # what others use on each node (`use_elsewhere`)
+        self.down: set[int] = set()  # nodes failed and not joined again
         self.used = np.zeros_like(cluster.capacity)
         # capacity - used, kept row by row as jobs move (a decision must not pay O(nodes) for it);
         # policies see it read-only through the snapshot, valid until the plan is carried out
@@ -209,13 +211,39 @@ class ClusterState:
             else:
                 self.hold(js, None, now)
         self.capacity[node] = 0.0
+        self.down.add(node)
         self._refresh(node)
         return hit
 
     def join_node(self, node: int) -> None:
-        """A node is back (or new in the cluster's list): its full capacity is offered again."""
-        self.capacity[node] = self.cluster.capacity[node]
+        """A node is back (or new in the cluster's list): its full capacity is offered again
+        (less what others use on it: `use_elsewhere`)."""
+        self.down.discard(node)
+        self.capacity[node] = self._offered(node)
         self._refresh(node)
+
+    def use_elsewhere(self, used: np.ndarray) -> bool:
+        """What others use on each node (live: pods of other schedulers on a shared Kubernetes
+        node), as a (nodes × resources) array: it is not offered to the policy. A node never
+        offers less than this scheduler's own jobs already use or hold on it, so a plan that
+        keeps them stays valid; they are not preempted for others. Whether any node's offer changed."""
+        self.foreign = np.asarray(used, dtype=float)
+        changed = False
+        for node in range(len(self.capacity)):
+            if node in self.down:
+                continue
+            offered = self._offered(node)
+            if not np.array_equal(offered, self.capacity[node]):
+                self.capacity[node] = offered
+                self._refresh(node)
+                changed = True
+        return changed
+
+    def _offered(self, node: int) -> np.ndarray:
+        full = self.cluster.capacity[node]
+        if self.foreign is None:
+            return full.copy()
+        return np.maximum(np.maximum(full - self.foreign[node], 0.0), self.used[node])
 
     # ------------------------------------------------------------------ decisions
     def snapshot(self, now: float, events: tuple[str, ...], restart_overhead: float,

@@ -172,7 +172,7 @@ class Service:
             self.controller = Controller(self.store, self.backend, policy, work_dir=cfg.work_dir, tick=cfg.tick,
                                          metrics=self.metrics, retry=cfg.retry)
             undo.pop_all()
-        self.stop_event = StopWhenLost(self.lease)
+        self.stop_event = StopWhenLost(self.lease, self.backend.lost)
         self.thread: threading.Thread | None = None
 
     def _lease_lost(self, why: str) -> None:
@@ -184,6 +184,17 @@ class Service:
             self.controller.run(self.stop_event)
         except Exception:  # the API stays up to show what happened; the log has the trace
             log.exception("the controller stopped on an error; the API keeps serving the store")
+        if self.backend.lost():  # another controller leads the cluster now: stop serving too
+            self._lease_lost(self.lost())
+
+    def lost(self) -> str:
+        """Why this service stopped owning its jobs ("" while it owns them): its store lease, or
+        the backend's own (a Kubernetes Lease) passed to another controller."""
+        if self.lease.lost:
+            return f"lost the lease on the store ({self.lease.lost})"
+        if self.backend.lost():
+            return f"the {self.cfg.backend} backend lost its leadership ({self.backend.lost()})"
+        return "" if self.lease.valid() else "lost the lease on the store (it was not renewed in time)"
 
     def start_controller(self) -> None:
         self.thread = threading.Thread(target=self._loop, name="dlsched-controller", daemon=True)
@@ -197,16 +208,17 @@ class Service:
             self.thread.join(timeout=max(30.0, 5 * self.cfg.tick))
             if self.thread.is_alive():
                 log.warning("the controller thread did not stop within its timeout")
-        stop_jobs = self.cfg.stop_jobs_on_exit and self.lease.valid()
+        stop_jobs = self.cfg.stop_jobs_on_exit and not self.lost()
         if self.cfg.stop_jobs_on_exit and not stop_jobs:
-            log.error("not stopping the jobs: the store may belong to another service now (%s)",
-                      self.lease.lost or "the lease was not renewed in time")
+            log.error("not stopping the jobs: they may belong to another service now (%s)", self.lost())
         try:
             self.controller.shutdown(stop_jobs)
         finally:
             try:
                 if stop_jobs:  # close() stops what the backend runs: not when leaving jobs up
                     self.backend.close()
+                else:
+                    self.backend.detach()
             finally:
                 self.lease.release()
                 self.store.close()
@@ -293,9 +305,9 @@ def run_service(cfg: ServiceConfig, *, announce=print) -> None:
             server.run(sockets=[sock])
         finally:
             _restore_signals(previous)  # a second Ctrl-C now interrupts the shutdown
-            if svc.lease.valid():
+            if not svc.lost():
                 announce("stopping: " + ("checkpointing running jobs" if cfg.stop_jobs_on_exit
                                          else "leaving running jobs up for the next start to adopt"))
             svc.stop()
-    if svc.lease.lost:
-        raise DlschedError(f"stopped: lost the lease on the store ({svc.lease.lost}); its jobs were left running")
+    if svc.lost():
+        raise DlschedError(f"stopped: {svc.lost()}; its jobs were left running")

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
+
 from dlsched.core.allocation import Allocation
 from dlsched.core.cluster import Cluster
 from dlsched.core.events import NodeEvent
@@ -97,6 +99,11 @@ class Backend(ABC):
         A backend whose nodes cannot fail says nothing."""
         return []
 
+    def foreign_usage(self) -> np.ndarray | None:
+        """What others use on each node of `cluster()` (nodes × resources, as `Cluster.capacity`),
+        e.g. pods of other schedulers on a shared Kubernetes node; None when nobody else uses them."""
+        return None
+
     def adopt(self, launch: Launch) -> bool:
         """Re-attach to a run started before the controller restarted. Returns False when the run
         is not alive any more (the controller then restarts it from its checkpoint, or marks it
@@ -108,6 +115,15 @@ class Backend(ABC):
 
     def close(self) -> None:
         """Stop everything this backend started (checkpointing) and release its resources."""
+
+    def detach(self) -> None:
+        """Release what this backend holds but leave its runs running, for the next controller to
+        adopt (what a service that leaves its jobs up calls instead of `close`)."""
+
+    def lost(self) -> str:
+        """Why this backend may no longer act on its cluster (another controller leads it now),
+        "" while it may. The service stops, leaving the jobs to the new leader."""
+        return ""
 
     # ------------------------------------------------------------------ one job at a time
     def start(self, launch: Launch) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -42,6 +42,43 @@ class RayOptions(_Options):
     standby: int = Field(0, ge=0, description="warm trainer interpreters kept per node")
 
 
+class KubernetesOptions(_Options):
+    kubeconfig: Path | None = Field(None, description="kubeconfig file (default: $KUBECONFIG, else the in-cluster "
+                                    "service account, else ~/.kube/config)")
+    context: str | None = Field(None, description="kubeconfig context (default: its current context)")
+    namespace: str = Field("dlsched", min_length=1, max_length=63, description="namespace of the pods, Services and Lease")
+    pool: str = Field("default", min_length=1, max_length=63, description="schedule the nodes labelled dlsched.io/pool=POOL")
+    mode: Literal["sim", "real"] = Field("sim", description="sim: pods run nothing (kwok), progress is made up and "
+                                         "pods complete at dlsched.io/sim-end; real: pods run the trainer")
+    slot_resource: str = Field("nvidia.com/gpu", min_length=1, description="node resource counted as GPU slots")
+    image: str = Field("dlsched:latest", min_length=1, description="trainer image (real mode)")
+    command: list[str] = Field(["python", "-m", "dlsched.trainer"], min_length=1,
+                               description="container command; the trainer's arguments follow")
+    service_account: str | None = Field(None, description="service account of the trainer pods")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment of every pod")
+    job_pvc: str | None = Field(None, description="ReadWriteMany claim holding the job directories, mounted at their "
+                                "parent in every pod (real mode; the service must mount it at the same path)")
+    volumes: list[dict[str, Any]] = Field(default_factory=list, description="extra pod volumes (Kubernetes JSON)")
+    volume_mounts: list[dict[str, Any]] = Field(default_factory=list, description="extra container volumeMounts")
+    tolerate_kwok: bool = Field(True, description="tolerate kwok's fake-node taint kwok.x-k8s.io/node")
+    tolerations: list[dict[str, Any]] = Field(default_factory=list, description="extra pod tolerations")
+    stop_grace_s: int = Field(30, ge=0, le=3600, description="pod termination grace period: the trainer's time "
+                              "to checkpoint after SIGTERM")
+    master_port: int = Field(29500, ge=1, le=65535, description="rendezvous port of rank 0")
+    cluster_domain: str | None = Field(None, description="appended to MASTER_ADDR (<pod>.<service>.<ns>.svc) when set")
+    rate_per_worker: float = Field(10.0, gt=0, description="sim: made-up steps/s of one worker")
+    startup: float = Field(1.0, ge=0, description="sim: seconds a run makes no progress after a (re)start")
+    scaling: float = Field(0.8, gt=0, le=1.5, description="sim: speed-up exponent (rate = rate_per_worker * w**scaling)")
+    leader_election: bool = Field(True, description="hold the coordination.k8s.io Lease dlsched-controller while "
+                                  "running (a second controller waits)")
+    lease_name: str = Field("dlsched-controller", min_length=1)
+    leader_wait_s: float | None = Field(None, gt=0, description="give up starting after waiting this long to lead "
+                                        "(default: wait forever)")
+    count_foreign: bool = Field(True, description="watch every bound pod of the cluster, so capacity other pods use "
+                                "is not offered (needs cluster-wide pods list/watch)")
+
+
 def _dry(o: DryOptions) -> Backend:
     from dlsched.core.cluster import Cluster
     from dlsched.live.backends.dry import DryBackend
@@ -66,6 +103,25 @@ def _ray(o: RayOptions) -> Backend:
     return RayBackend(address=o.address, slot_resource=o.slot_resource, pg_timeout=o.pg_timeout, standby=o.standby)
 
 
+def _kubernetes(o: KubernetesOptions) -> Backend:
+    try:
+        from dlsched.live.backends.k8s_pods import KWOK_TOLERATION, PodTemplate
+        from dlsched.live.backends.kubernetes import KubernetesBackend
+    except ImportError as exc:
+        raise ConfigError(f"the Kubernetes backend cannot be loaded ({exc}); install it with "
+                          "`pip install 'dlsched[k8s]'`") from None
+    tpl = PodTemplate(image=o.image, command=tuple(o.command), service_account=o.service_account,
+                      image_pull_policy=o.image_pull_policy, env=dict(o.env), volumes=tuple(o.volumes),
+                      volume_mounts=tuple(o.volume_mounts), job_pvc=o.job_pvc,
+                      tolerations=((KWOK_TOLERATION,) if o.tolerate_kwok else ()) + tuple(o.tolerations),
+                      slot_resource=o.slot_resource, grace_s=o.stop_grace_s, master_port=o.master_port,
+                      cluster_domain=o.cluster_domain)
+    return KubernetesBackend(kubeconfig=o.kubeconfig, context=o.context, namespace=o.namespace, pool=o.pool,
+                             mode=o.mode, template=tpl, rate_per_worker=o.rate_per_worker, startup=o.startup,
+                             scaling=o.scaling, leader_election=o.leader_election, lease_name=o.lease_name,
+                             leader_wait_s=o.leader_wait_s, count_foreign=o.count_foreign)
+
+
 @dataclass(frozen=True)
 class BackendEntry:
     name: str
@@ -78,6 +134,8 @@ BACKENDS: dict[str, BackendEntry] = {e.name: e for e in [
     BackendEntry("local", "trainer processes on this machine, on virtual nodes", LocalOptions, _local),
     BackendEntry("ray", "trainer actors on a Ray cluster, one placement group per run", RayOptions, _ray),
     BackendEntry("dry", "no training: made-up progress (try the API and the status page anywhere)", DryOptions, _dry),
+    BackendEntry("kubernetes", "pods bound by dlsched (custom scheduler) on a Kubernetes node pool; sim mode on kwok",
+                 KubernetesOptions, _kubernetes),
 ]}
 
 

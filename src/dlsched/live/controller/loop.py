@@ -171,6 +171,9 @@ class Controller(ControllerDecisions, ControllerObservations, ControllerFailures
             self._ingest()
             self._end_backoffs()
             self._node_changes()
+            foreign = self.backend.foreign_usage()
+            if foreign is not None and self.state.use_elsewhere(foreign):
+                self._happened.add("node")  # room came or went: worth asking the policy again
             self._observe()
             reasons = self.triggers.due(self.time.now, self._happened)
             self._happened = set()
@@ -216,7 +219,7 @@ class Controller(ControllerDecisions, ControllerObservations, ControllerFailures
                 continue
             name = self.cluster.node_names[ev.node]
             if ev.kind == "fail":
-                if self.state.capacity[ev.node].any():
+                if ev.node not in self.state.down:
                     hit = [js for js in self.state.on_node(ev.node) if js.status is JobStatus.RUNNING]
                     self._stop_now(hit)
                     self.state.fail_node(ev.node, self.time.now)  # its runs stop, holds on it go
@@ -227,7 +230,7 @@ class Controller(ControllerDecisions, ControllerObservations, ControllerFailures
                     self._happened.add("failure")
                     log.warning("node %s failed (%d job(s) on it)", name, len(hit))
             elif ev.kind == "join":
-                if not self.state.capacity[ev.node].any():
+                if ev.node in self.state.down:
                     self.state.join_node(ev.node)
                     self._happened.add("node")
                     log.info("node %s is back", name)

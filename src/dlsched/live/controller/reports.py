@@ -48,14 +48,14 @@ class ControllerReports:
     def _publish_view(self) -> None:
         """End of a round: what the API may read until the next one (a new object each time, so a
         reader on another thread always sees one whole round)."""
-        used, down, nodes = self.state.used, self.state.capacity, []
+        used, down, nodes = self.state.used, self.state.down, []
         for i, name in enumerate(self.cluster.node_names):
             cap = self.cluster.capacity[i]
             jobs = [jid for jid, js in self.state.running.items() if i in js.allocation.nodes]
             jobs += [f"{jid} (held)" for jid, js in self.state.holding.items() if i in js.held.nodes]
             nodes.append({"name": name, "gpus": float(cap[0]), "cpus": float(cap[1]), "mem_gb": float(cap[2]),
                           "used_gpus": float(used[i, 0]), "used_cpus": float(used[i, 1]),
-                          "used_mem_gb": float(used[i, 2]), "up": bool(down[i].any() or not cap.any()),
+                          "used_mem_gb": float(used[i, 2]), "up": i not in down,
                           "jobs": jobs})
         self.view = ClusterView(
             cluster={"nodes": nodes, "policy": self.policy.name, "backend": self.backend.name,

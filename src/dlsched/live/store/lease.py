@@ -269,9 +269,10 @@ class StopWhenLost(threading.Event):
     """The controller's stop event, also set from the moment the lease may have passed to another
     service: a service that was frozen longer than the ttl must not run one more round."""
 
-    def __init__(self, lease: StoreLease):
+    def __init__(self, lease: StoreLease, also_lost: Callable[[], str] | None = None):
         super().__init__()
         self.lease = lease
+        self.also_lost = also_lost  # another ownership that may be lost: the backend's (a Kubernetes Lease)
 
     def is_set(self) -> bool:
-        return super().is_set() or not self.lease.valid()
+        return super().is_set() or not self.lease.valid() or bool(self.also_lost and self.also_lost())
