@@ -156,8 +156,15 @@ def test_serve_config_errors_are_one_line_each(tmp_path):
     cfg_file.write_text("prot: 9001\n")
     r = _cli("serve", "--config", str(cfg_file))
     assert r.exit_code == 2 and "prot: unknown key (typo?)" in r.output
-    r = _cli("serve", "--backend", "kubernetes", "--work-dir", str(tmp_path / "w"))
-    assert r.exit_code == 2 and "backend" in r.output
+    r = _cli("serve", "--backend", "kubernets", "--work-dir", str(tmp_path / "w"))
+    assert r.exit_code == 2 and "unknown backend 'kubernets' (did you mean 'kubernetes'?)" in r.output
+    r = _cli("serve", "--backend", "dry", "-o", "rate=3", "--work-dir", str(tmp_path / "w"))
+    assert r.exit_code == 2 and "rate: unknown key" in r.output and len(r.output.strip().splitlines()) == 1
+    r = _cli("serve", "--backend", "ray", "-o", "nodes", "--work-dir", str(tmp_path / "w"))
+    assert r.exit_code == 2 and "--backend-option takes KEY=VALUE" in r.output
+    r = _cli("serve", "--backend", "kubernetes", "-o", "kubeconfig=/nonexistent/kubeconfig",
+             "--work-dir", str(tmp_path / "k"))  # (the cluster is reached once the work dir is leased)
+    assert r.exit_code == 2 and "Kubernetes configuration" in r.output and len(r.output.strip().splitlines()) == 1
     r = _cli("serve", "--backend", "dry", "--policy", "fifoo", "--work-dir", str(tmp_path / "w"))
     assert r.exit_code == 2 and "unknown policy 'fifoo'" in r.output
     assert not (tmp_path / "w").exists()  # refused before creating anything

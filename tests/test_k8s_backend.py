@@ -721,3 +721,42 @@ def test_a_deleted_node_fails_its_run_and_a_cordoned_one_is_left_to_a_graceful_s
                 k8s_client.delete(Node, n)
             except Exception:  # noqa: BLE001 - already gone
                 pass
+
+
+@on_k8s
+def test_a_node_going_not_ready_stops_its_job_and_the_policy_places_it_on_another(make, k8s_client,
+                                                                                  k8s_namespace, tmp_path):
+    """The node event reaches the core: the job's pods on the NotReady node go, the job waits again
+    (not a failed run) and the policy binds it elsewhere; the node offers nothing until Ready."""
+    from dlsched.live.controller import Controller
+    from dlsched.live.store import Store
+    from dlsched.policies.registry import make_policy
+
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    b = make(rate_per_worker=5.0, startup=0.2)
+    ctl = Controller(store, b, make_policy("fifo"), work_dir=tmp_path, tick=0.1)
+    j = store.add(TrainJob(model="mlp", steps=100_000, workers=1))
+
+    def nodes_of() -> set[str]:
+        return {p.spec.nodeName for p in api_pods(k8s_client, k8s_namespace, j.id)
+                if p.metadata.deletionTimestamp is None}
+
+    def step_until(what: str, cond):
+        def once():
+            ctl.step()
+            return cond()
+        return wait_until(what, once)
+
+    step_until("the job bound", lambda: len(nodes_of()) == 1)
+    (first,) = nodes_of()
+    set_label(k8s_client, first, "dlsched.test/node-down", "true")
+    try:
+        step_until("the job bound on another node", lambda: nodes_of() not in (set(), {first}))
+        kinds = [e.kind for e in store.events(j.id)]
+        assert "node-failed" in kinds and "failed-run" not in kinds
+        assert {n["name"]: n["up"] for n in ctl.cluster_view()["nodes"]}[first] is False
+    finally:
+        set_label(k8s_client, first, "dlsched.test/node-down", None)
+    step_until("the node back", lambda: {n["name"]: n["up"] for n in ctl.cluster_view()["nodes"]}[first])
+    ctl.shutdown()
+    store.close()

@@ -305,9 +305,10 @@ def run_service(cfg: ServiceConfig, *, announce=print) -> None:
             server.run(sockets=[sock])
         finally:
             _restore_signals(previous)  # a second Ctrl-C now interrupts the shutdown
-            if not svc.lost():
+            lost = svc.lost()  # asked before `stop`, which releases the leases
+            if not lost:
                 announce("stopping: " + ("checkpointing running jobs" if cfg.stop_jobs_on_exit
                                          else "leaving running jobs up for the next start to adopt"))
             svc.stop()
-    if svc.lost():
-        raise DlschedError(f"stopped: {svc.lost()}; its jobs were left running")
+    if lost:
+        raise DlschedError(f"stopped: {lost}; its jobs were left running")

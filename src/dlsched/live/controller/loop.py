@@ -170,7 +170,6 @@ class Controller(ControllerDecisions, ControllerObservations, ControllerFailures
             self.time.now = self.now()
             self._ingest()
             self._end_backoffs()
-            self._node_changes()
             foreign = self.backend.foreign_usage()
             if foreign is not None and self.state.use_elsewhere(foreign):
                 self._happened.add("node")  # room came or went: worth asking the policy again
@@ -210,9 +209,10 @@ class Controller(ControllerDecisions, ControllerObservations, ControllerFailures
             self._end(js, JobStatus.UNFINISHED, "cancelled", "cancelled by the user")
 
     def _node_changes(self) -> None:
-        """Nodes the backend saw fail or come back. A failed node's jobs lose their runs (stopped,
-        back to waiting, resuming from their checkpoints, as in the simulator) and the node offers
-        nothing until it is back."""
+        """Nodes the backend saw fail or come back (asked right after `observe`, so a run that
+        failed with its node is a node failure, not a failed run of the job). A failed node's jobs
+        lose their runs (stopped, back to waiting, resuming from their checkpoints, as in the
+        simulator) and the node offers nothing until it is back."""
         for ev in self.backend.node_events():
             if not 0 <= ev.node < len(self.cluster.node_names):
                 log.warning("the backend reported node index %s, which is not in the cluster", ev.node)

@@ -19,6 +19,7 @@ class ControllerObservations:
 
     def _observe(self) -> None:
         obs = self.backend.observe()
+        self._node_changes()  # before judging runs: those on a failed node just wait again
         for js in list(self.state.running.values()):
             o = obs.get(js.job_id)
             if o is None:
