@@ -2,8 +2,8 @@
 the Kubernetes backend by hand (the tests start their own through tests/k8s_control_plane.py).
 
 `up` builds or reuses the binaries (deploy/k8s/bins.sh), starts etcd, kube-apiserver and kwok (and
-kube-scheduler with --with-scheduler) on 127.0.0.1 only, adds kwok fake GPU nodes, and prints the
-admin kubeconfig. In the foreground it stops everything on Ctrl-C; with --detach it leaves the
+kube-scheduler with --with-scheduler) on 127.0.0.1 only, adds kwok fake GPU nodes and the namespace
+`dlsched` (the Kubernetes backend's default), and prints the admin kubeconfig. In the foreground it stops everything on Ctrl-C; with --detach it leaves the
 processes running, their PIDs and start times recorded in DIR/state.json, for `down`.
 """
 
@@ -22,6 +22,20 @@ from dlsched.core.errors import ConfigError
 
 k8s_app = typer.Typer(help="A local Kubernetes control plane (etcd, kube-apiserver, kwok fake GPU nodes) on 127.0.0.1.",
                       add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True)
+
+
+def _namespace(cp: Any, name: str) -> None:
+    """Create namespace `name` unless it exists."""
+    from lightkube import ApiError
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.core_v1 import Namespace
+
+    with cp.client() as client:
+        try:
+            client.create(Namespace(metadata=ObjectMeta(name=name)))
+        except ApiError as exc:
+            if exc.status.code != 409:
+                raise
 
 
 def default_dir() -> Path:
@@ -97,6 +111,7 @@ def up(
         cp.start()
         try:
             cp.add_nodes(nodes, gpus_per_node=gpus_per_node, racks=racks, zones=zones, gpu_type=gpu_type, pool=pool)
+            _namespace(cp, "dlsched")  # where `dlsched serve --backend kubernetes` puts its pods by default
         except BaseException:
             cp.stop()
             raise

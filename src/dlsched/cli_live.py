@@ -276,6 +276,8 @@ def register_live(app: typer.Typer) -> None:
                                   db_url=db_url, db_url_file=db_url_file, token_file=token_file, auth=auth,
                                   ray_address=ray_address, backend_options=_key_values(backend_option, "--backend-option"))
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        for chatty in ("httpx", "httpx2"):  # one line per API request (the Kubernetes Lease renews every 2 s)
+            logging.getLogger(chatty).setLevel(logging.WARNING)
         run_service(cfg, announce=lambda line: console.print(line, highlight=False, markup=False))
 
     @app.command("submit")
