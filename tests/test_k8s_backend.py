@@ -760,3 +760,31 @@ def test_a_node_going_not_ready_stops_its_job_and_the_policy_places_it_on_anothe
     step_until("the node back", lambda: {n["name"]: n["up"] for n in ctl.cluster_view()["nodes"]}[first])
     ctl.shutdown()
     store.close()
+
+
+@on_k8s
+def test_when_the_leader_dies_the_next_controller_takes_over_and_adopts_its_pods_without_restarting_them(
+        make, k8s_client, k8s_namespace, tmp_path):
+    """Failover with a job running: the leader stops renewing (a crash: nothing deleted, nothing
+    handed over), the waiting controller leads once the lease runs out and adopts the job's pods:
+    the same pod UIDs, the run still running, nothing recreated. A 3 s lease keeps the test short
+    (the 15 s default is timed by the test above)."""
+    quick = {"lease_options": dict(lease_duration=3, renew_period=0.5, renew_deadline=2.0, retry_period=0.5)}
+    first = make(**quick)
+    ln = launch(tmp_path, "kept", {0: (1, 0), 1: (1, 0)})
+    first.apply([], [ln])
+    wait_obs(first, "kept", lambda o: o.first_step_at is not None)
+    uids = {p.metadata.uid for p in api_pods(k8s_client, k8s_namespace, "kept")}
+    assert len(uids) == 2
+    made = {}
+    t = threading.Thread(target=lambda: made.setdefault("b", make(leader_wait_s=20, **quick)))
+    t.start()
+    killed = time.monotonic()
+    first.lease.stop_renewing()  # the leader dies
+    t.join(25)
+    took = time.monotonic() - killed
+    assert "b" in made and made["b"].lease.leading and took <= 3.5, took
+    second = made["b"]
+    assert second.adopt(ln)
+    assert second.observe()["kept"].state == "running"
+    assert {p.metadata.uid for p in api_pods(k8s_client, k8s_namespace, "kept")} == uids
