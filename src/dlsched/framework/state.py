@@ -228,18 +228,14 @@ class ClusterState:
         offers less than this scheduler's own jobs already use or hold on it, so a plan that
         keeps them stays valid; they are not preempted for others. Whether any node's offer changed."""
         self.foreign = np.asarray(used, dtype=float)
-        changed = False
-        for node in range(len(self.capacity)):
-            if node in self.down:
-                continue
-            offered = self._offered(node)
-            if not np.array_equal(offered, self.capacity[node]):
-                self.capacity[node] = offered
-                self._refresh(node)
-                changed = True
-        return changed
+        offered = self._offered(slice(None))  # every node at once: this runs every live round
+        offered[list(self.down)] = 0.0
+        changed = np.flatnonzero((offered != self.capacity).any(axis=1))
+        self.capacity[changed] = offered[changed]
+        self.free[changed] = self.capacity[changed] - self.used[changed]
+        return changed.size > 0
 
-    def _offered(self, node: int) -> np.ndarray:
+    def _offered(self, node: int | slice) -> np.ndarray:
         full = self.cluster.capacity[node]
         if self.foreign is None:
             return full.copy()

@@ -95,9 +95,13 @@ class Backend(ABC):
         """The current state of every job started (or adopted) and not yet forgotten."""
 
     def node_events(self) -> list[NodeEvent]:
-        """Nodes that failed or came back since the last call (`NodeEvent.time` is unix time).
-        A backend whose nodes cannot fail says nothing."""
-        return []
+        """Nodes that failed or came back since the last call (`NodeEvent.time` is unix time):
+        what the backend queued with `_note_node`. A backend whose nodes cannot fail says nothing."""
+        return self.__dict__.pop("_node_queue", [])
+
+    def _note_node(self, at: float, node: int, kind: str) -> None:
+        """Queue a node event for the controller's next `node_events`."""
+        self.__dict__.setdefault("_node_queue", []).append(NodeEvent(at, node, kind))
 
     def foreign_usage(self) -> np.ndarray | None:
         """What others use on each node of `cluster()` (nodes × resources, as `Cluster.capacity`),

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from dlsched.core.cluster import Cluster
-from dlsched.core.events import NodeEvent
 from dlsched.live.backends.base import STOP_TIMEOUT_S, Backend, Launch, Observation
 
 
@@ -77,7 +76,6 @@ class DryBackend(Backend):
         self.checkpoints: dict[str, int] = {}
         self.launches: list[Launch] = []
         self.completions: dict[str, int] = {}  # job -> times it wrote done
-        self._events: list[NodeEvent] = []
 
     def cluster(self) -> Cluster:
         return self._cluster
@@ -116,15 +114,11 @@ class DryBackend(Backend):
         for jid, run in self.runs.items():
             if node in run.launch.allocation.nodes and not (run.stopped or run.failed):
                 self.crash(jid, message)
-        self._events.append(NodeEvent(self.clock(), node, "fail"))
+        self._note_node(self.clock(), node, "fail")
 
     def join_node(self, node: int) -> None:
         """Node `node` is back (tests)."""
-        self._events.append(NodeEvent(self.clock(), node, "join"))
-
-    def node_events(self) -> list[NodeEvent]:
-        out, self._events = self._events, []
-        return out
+        self._note_node(self.clock(), node, "join")
 
     def lose_checkpoint(self, job_id: str) -> None:
         """Delete the job's checkpoint: its next run starts from step 0 (tests)."""

@@ -107,11 +107,13 @@ class KubernetesBackend(Backend):
         self.slot = self.tpl.slot_resource
         self.rate_per_worker, self.startup, self.scaling = rate_per_worker, startup, scaling
         self.clock = clock
+        # kwok completes sim pods at a wall-clock instant: only the wall clock can follow it (the
+        # contract test's fake clock cannot, so its runs end when the made-up step says)
+        self._kwok_completes = clock is time.time
         self._cond = threading.Condition(threading.RLock())  # guards the caches and `KRun.gone`
         self._runs: dict[str, KRun] = {}
         self._uid_job: dict[str, str] = {}  # uid of every pod of a tracked run -> its job
         self._checkpoints: dict[str, int] = {}  # job -> step its last stop checkpointed (sim)
-        self._events: list[NodeEvent] = []
         self._transitions: list[tuple[float, int, str, str, bool]] = []  # (time, node, kind, why, pods lost)
         self._down: dict[int, str] = {}  # node index -> why it is down, as last reported
         self._unknown_nodes: set[str] = set()
@@ -266,8 +268,7 @@ class KubernetesBackend(Backend):
 
     def node_events(self) -> list[NodeEvent]:
         self._sync()
-        out, self._events = self._events, []
-        return out
+        return super().node_events()
 
     def apply(self, stops: Sequence[str], launches: Sequence[Launch], timeout: float = STOP_TIMEOUT_S) -> None:
         self._sync()
@@ -557,7 +558,7 @@ class KubernetesBackend(Backend):
             run.rate = self._rate(launch)
             end = now + made_up_finish(run.base, self.startup, run.rate, launch.job.steps)
             sim = {kp.A_SIM_START: f"{now:.6f}", kp.A_SIM_BASE: str(run.base), kp.A_SIM_RATE: repr(run.rate)}
-            if self.clock is time.time:  # kwok completes the pods at that wall-clock instant
+            if self._kwok_completes:  # kwok completes the pods at that wall-clock instant
                 sim[kp.A_SIM_END] = kp.rfc3339(end)
         try:
             manifest = kp.build_run(launch, layout, names, self.namespace, self.tpl, run.run_id,
@@ -653,7 +654,7 @@ class KubernetesBackend(Backend):
         for t, idx, kind, why, hard in todo:
             name = self._cluster.node_names[idx]
             if kind != "lost":
-                self._events.append(NodeEvent(t, idx, "fail" if kind == "fail" else "join"))
+                self._note_node(t, idx, "fail" if kind == "fail" else "join")
                 (log.warning if kind == "fail" else log.info)("node %s %s", name, why or "is back")
             if not hard:
                 continue
@@ -679,7 +680,7 @@ class KubernetesBackend(Backend):
             infos = {u: self._pods.items.get(u) for u in run.pods}
             gone = set(run.gone)
         got = verdict(run, infos, gone, self.mode)
-        if got is None and self.mode == "sim" and self.clock is not time.time \
+        if got is None and self.mode == "sim" and not self._kwok_completes \
                 and run.made_up_step(self.clock(), self.startup) >= run.launch.job.steps:
             # a clock that is not the wall clock (the contract test's): kwok could not follow it, so
             # the pods carry no sim-end and the made-up step says when the run is done

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlsched.core.errors import ConfigError
-from dlsched.core.events import NodeEvent
 from dlsched.live.backends.base import STOP_TIMEOUT_S, Backend, Launch, Observation, RunState
 from dlsched.trainer.protocol import ProgressReader, is_done, log_tail, read_done
 
@@ -191,7 +190,6 @@ class RankBackend(Backend):
 
     def __init__(self) -> None:
         self.jobs: dict[str, Job] = {}
-        self._node_events: list[NodeEvent] = []
 
     # ------------------------------------------------------------------ mechanism
     @abstractmethod
@@ -231,10 +229,6 @@ class RankBackend(Backend):
             out[jid] = observation(job)
         return out
 
-    def node_events(self) -> list[NodeEvent]:
-        out, self._node_events = self._node_events, []
-        return out
-
     def fail_node(self, node: int) -> None:
         """Fault injection (chaos runs, the conformance suite): node `node` goes down. Every rank
         on it is killed, so its runs fail as they would with the machine, and `node_events`
@@ -242,11 +236,11 @@ class RankBackend(Backend):
         name = self.cluster().node_names[node]
         self._kill([rk for job in self.jobs.values() if job.run.state == "running"
                     for rk in job.run.ranks if rk.node == name and not rk.exited], KILL_WAIT_S)
-        self._node_events.append(NodeEvent(time.time(), node, "fail"))
+        self._note_node(time.time(), node, "fail")
 
     def join_node(self, node: int) -> None:
         """Fault injection: node `node` is back."""
-        self._node_events.append(NodeEvent(time.time(), node, "join"))
+        self._note_node(time.time(), node, "join")
 
     def forget(self, job_id: str) -> None:
         job = self.jobs.get(job_id)

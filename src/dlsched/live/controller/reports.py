@@ -49,10 +49,16 @@ class ControllerReports:
         """End of a round: what the API may read until the next one (a new object each time, so a
         reader on another thread always sees one whole round)."""
         used, down, nodes = self.state.used, self.state.down, []
+        on_node: dict[int, list[str]] = {}  # one pass over the jobs, not one per node: this runs every round
+        for jid, js in self.state.running.items():
+            for i in js.allocation.nodes:
+                on_node.setdefault(i, []).append(jid)
+        for jid, js in self.state.holding.items():
+            for i in js.held.nodes:
+                on_node.setdefault(i, []).append(f"{jid} (held)")
         for i, name in enumerate(self.cluster.node_names):
             cap = self.cluster.capacity[i]
-            jobs = [jid for jid, js in self.state.running.items() if i in js.allocation.nodes]
-            jobs += [f"{jid} (held)" for jid, js in self.state.holding.items() if i in js.held.nodes]
+            jobs = on_node.get(i, [])
             nodes.append({"name": name, "gpus": float(cap[0]), "cpus": float(cap[1]), "mem_gb": float(cap[2]),
                           "used_gpus": float(used[i, 0]), "used_cpus": float(used[i, 1]),
                           "used_mem_gb": float(used[i, 2]), "up": i not in down,
