@@ -76,26 +76,31 @@ class ControllerDecisions:
         """One batched `Backend.apply` for the whole decision (every stop at once, then every
         launch), then the bookkeeping of each Action in the core's order. Stopped runs' last
         progress is folded in before their Actions change the state, as a checkpointed step."""
-        stops = [a.job_id for a in actions if a.kind in (Kind.STOP, Kind.RESIZE)]
+        stopping = [self.state.jobs[a.job_id] for a in actions if a.kind in (Kind.STOP, Kind.RESIZE)]
         now = self.clock()
-        for jid in stops:
-            self._pending_pause[jid] = (now, "resize")  # a preemption's wait is dropped below: queueing
+        for js in stopping:
+            self._pending_pause[js.job_id] = (now, "resize")  # a preemption's wait is dropped below: queueing
         launches: dict[str, Launch] = {}
         for a in actions:
             if a.kind in (Kind.START, Kind.RESIZE):
                 js = self.state.jobs[a.job_id]
                 self._pending_pause.setdefault(js.job_id, (now, "start" if js.first_start is None else "restart"))
                 launches[a.job_id] = self._launch(js, a.allocation, attempt=js.attempt)
-        if stops or launches:
-            self.backend.apply(stops, list(launches.values()), self.stop_timeout)
-        observed = self.backend.observe() if stops else {}
-        self.time.now = self.now()
-        for jid in stops:
-            o = observed.get(jid)
-            if o is not None:
-                self._fold(self.state.jobs[jid], o)
+        self._apply(stopping, list(launches.values()))
         for a in actions:
             self._act(a, launches.get(a.job_id))
+
+    def _apply(self, stopping: list[LiveJobState], launches: list[Launch]) -> None:
+        """One `Backend.apply`, then the stopped runs' last reported progress (their checkpoint)
+        folded into their jobs."""
+        if stopping or launches:
+            self.backend.apply([js.job_id for js in stopping], launches, self.stop_timeout)
+        observed = self.backend.observe() if stopping else {}
+        self.time.now = self.now()
+        for js in stopping:
+            o = observed.get(js.job_id)
+            if o is not None:
+                self._fold(js, o)
 
     def _act(self, a: Action, launch: Launch | None) -> None:
         js = self.state.jobs[a.job_id]
@@ -131,13 +136,8 @@ class ControllerDecisions:
         fold their last reported progress and drop them from the backend."""
         if not jobs:
             return
-        self.backend.apply([js.job_id for js in jobs], [], self.stop_timeout)
-        observed = self.backend.observe()
-        self.time.now = self.now()
+        self._apply(jobs, [])
         for js in jobs:
-            o = observed.get(js.job_id)
-            if o is not None:
-                self._fold(js, o)
             self.backend.forget(js.job_id)
 
     def _launch(self, js: LiveJobState, alloc: Allocation, attempt: int) -> Launch:
