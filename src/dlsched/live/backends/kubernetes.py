@@ -254,7 +254,7 @@ class KubernetesBackend(Backend):
         """(nodes, 3) GPU slots, CPUs and memory (GiB) requested on each node of `cluster()` by bound,
         non-terminated pods that are not part of a run this backend tracks: other schedulers' and
         other namespaces' pods, daemons, and pods of ours no run knows (left by a crashed
-        controller, or still terminating after `forget`). From the watch, so cheap to call every
+        controller, or still exiting `KILL_WAIT_S` after `forget` deleted them). From the watch, so cheap to call every
         round; what the controller must treat as used. Zeros when `count_foreign` is off."""
         out = np.zeros((self._cluster.num_nodes, 3))
         if self._usage is None:
@@ -386,6 +386,12 @@ class KubernetesBackend(Backend):
         if left and not run.deleting:  # a done run's pods: Succeeded (sim), or exiting after done.json (real)
             run.deleting = True
             self.api.delete_pods(left, self.tpl.grace_s if self.mode == "real" else 0)
+            with self._cond:
+                holding = any(u not in self._pods.items or self._pods.items[u].phase not in ("Succeeded", "Failed")
+                              for _, u in left)
+            if holding:  # still bound and running (a clock kwok cannot follow, a trainer still exiting):
+                # the next launch in this round may want their place, so wait until they are gone
+                self._wait_gone([run], KILL_WAIT_S)
         self._delete_service(run)
         with self._cond:
             for uid in run.pods:
