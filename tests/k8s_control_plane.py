@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import uuid
 from typing import Iterator
 
@@ -29,6 +30,21 @@ import pytest
 
 #: The fixture cluster's shape, for tests that check it.
 NODES, GPUS_PER_NODE, RACKS, NODE_PREFIX = 8, 8, 2, "t-"
+#: Seconds a test waits for the API, kwok or a watch: they act within a second; the rest is
+#: headroom for a busy 2-core machine.
+WAIT = 20.0
+
+
+def wait_until(what: str, fn, timeout: float = WAIT):
+    """`fn()` once it is truthy, polled every 0.1 s; an AssertionError naming `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last: {last!r})")
 
 
 def _unavailable(reason: str) -> None:
@@ -37,26 +53,34 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator["ControlPlane"]:  # noqa: F821
-    """A started ControlPlane (etcd, kube-apiserver, kwok on 127.0.0.1) with NODES Ready fake nodes."""
+def binaries_or_skip(log_dir=None):
+    """The folder of the Kubernetes binaries (built once where `go` is on PATH); skips the test
+    (fails it under DLSCHED_K8S_REQUIRED=1) where there are none, or lightkube is missing."""
     try:
         import lightkube  # noqa: F401
     except ImportError:
         _unavailable("lightkube is not installed (pip install -e '.[k8s]')")
     from dlsched.core.errors import DlschedError
-    from dlsched.k8s.controlplane import ControlPlane, build_binaries, find_binaries
+    from dlsched.k8s.controlplane import build_binaries, find_binaries
 
     bins = find_binaries()
     if bins is None and shutil.which("go") is not None:
-        log = tmp_path_factory.mktemp("k8s-build") / "bins.log"
         try:
-            bins = build_binaries(log=log)
+            bins = build_binaries(log=None if log_dir is None else log_dir / "bins.log")
         except DlschedError as exc:
             _unavailable(f"building the Kubernetes binaries failed: {exc}")
     if bins is None:
         _unavailable("no Kubernetes binaries (etcd, kube-apiserver, kwok, kube-scheduler) and no `go` to build "
                      "them: run `bash deploy/k8s/bins.sh` or set DLSCHED_K8S_BIN")
+    return bins
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator["ControlPlane"]:  # noqa: F821
+    """A started ControlPlane (etcd, kube-apiserver, kwok on 127.0.0.1) with NODES Ready fake nodes."""
+    from dlsched.k8s.controlplane import ControlPlane
+
+    bins = binaries_or_skip(tmp_path_factory.mktemp("k8s-build"))
     cp = ControlPlane(workdir=tmp_path_factory.mktemp("k8s"), bin_dir=bins)
     cp.start()
     try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import datetime as dt
+import math
 import threading
 import time
 import uuid
@@ -26,10 +27,10 @@ from dlsched.live.backends import k8s_pods as kp
 from dlsched.live.backends.base import Launch
 from dlsched.live.backends.dry import made_up_finish, made_up_rate, made_up_step
 from dlsched.live.spec import TrainJob
-from tests.k8s_control_plane import GPUS_PER_NODE, NODES, control_plane, k8s_client, k8s_namespace  # noqa: F401
+from tests.k8s_control_plane import (GPUS_PER_NODE, NODES, WAIT, control_plane, k8s_client,  # noqa: F401
+                                     k8s_namespace, wait_until)
 
 k8s = [pytest.mark.k8s, pytest.mark.xdist_group("k8s")]
-WAIT = 20.0  # seconds: kwok acts within a second; the rest is headroom for a busy 2-core machine
 SRC = Path(__file__).resolve().parents[1] / "src" / "dlsched" / "live" / "backends"
 
 
@@ -200,16 +201,6 @@ def wait_obs(b, jid: str, pred, timeout: float = WAIT):
         time.sleep(0.1)
     raise AssertionError(f"{jid}: timed out after {timeout:g} s; last observation {o}")
 
-
-def wait_until(what: str, fn, timeout: float = WAIT):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last: {last!r})")
 
 
 def api_pods(client, ns: str, jid: str, attempt: int | None = None) -> list:
@@ -391,7 +382,8 @@ def test_a_run_is_done_when_kwok_completes_its_pods_at_sim_end(make, k8s_client,
     end = dt.datetime.fromisoformat(api_pods(k8s_client, k8s_namespace, "short")[0]
                                     .metadata.annotations[kp.A_SIM_END].replace("Z", "+00:00")).timestamp()
     o = wait_obs(b, "short", lambda o: o.state != "running")
-    assert o.state == "done" and o.done == {"steps": 20} and o.step == 20
+    assert o.state == "done" and o.done["steps"] == 20 and o.step == 20
+    assert o.done["time"] == pytest.approx(end, abs=0.002)  # its completion record says when (ms on the pod)
     assert time.time() >= end - 0.05  # never before the instant written on the pods
     assert all(p.status.phase == "Succeeded" for p in api_pods(k8s_client, k8s_namespace, "short"))
     b.forget("short")
@@ -788,3 +780,109 @@ def test_when_the_leader_dies_the_next_controller_takes_over_and_adopts_its_pods
     assert second.adopt(ln)
     assert second.observe()["kept"].state == "running"
     assert {p.metadata.uid for p in api_pods(k8s_client, k8s_namespace, "kept")} == uids
+
+
+# ====================================================================== faults found by tests/test_k8s_chaos.py
+
+
+def refused_while(away: dict, real):
+    """`real`, refused with a connection error while time.monotonic() < away["until"] (the API
+    server restarting, as the chaos test does to the whole control plane)."""
+    import httpx2
+
+    def call(*a, **kw):
+        if time.monotonic() < away["until"]:
+            raise httpx2.ConnectError("[Errno 111] Connection refused")
+        return real(*a, **kw)
+
+    return call
+
+
+@on_k8s
+def test_a_candidate_waiting_for_the_lease_keeps_waiting_while_the_api_server_is_away(control_plane, k8s_namespace):
+    """A standby controller whose Lease reads fail (the API server restarting) keeps waiting and
+    then leads; it used to die with the connection error's traceback."""
+    from dlsched.live.backends.k8s_lease import LeaderLease
+
+    quick = dict(lease_duration=3, renew_period=0.5, renew_deadline=2.0, retry_period=0.2)
+    with control_plane.client() as c:
+        away = {"until": time.monotonic() + 1.0}
+        calls = []
+
+        class Restarting:  # the client while the API server restarts
+            def __getattr__(self, name):
+                real = getattr(c, name)
+                calls.append(name)
+                return refused_while(away, real)
+
+        lease = LeaderLease(Restarting(), k8s_namespace, "away", "b", **quick)
+        assert lease.acquire(timeout=10) and lease.leading
+        assert time.monotonic() >= away["until"] and len(calls) >= 3  # it was refused, and tried again
+        lease.release()
+
+
+@on_k8s
+def test_deletes_the_api_server_did_not_take_are_sent_again_and_a_stop_does_not_wait_them_out(
+        make, k8s_client, k8s_namespace, tmp_path, monkeypatch):
+    """The API server away while dlsched deletes pods. A failed run's survivor and a stopped run's
+    pods are deleted once it answers again (they used to run on until their job was launched
+    again); a stop during the outage neither raises (listing what is left failed) nor waits out
+    its timeout once the API server is back; and a run whose pods reached their sim-end before the
+    delete reached them checkpoints its last step, not the step it was asked to stop at."""
+    from lightkube.resources.core_v1 import Pod
+
+    from dlsched.live.backends import kubernetes
+    from dlsched.live.backends.k8s_runs import read_sim_checkpoint
+
+    monkeypatch.setattr(kubernetes, "KILL_WAIT_S", 1.0)
+    b = make()
+    b.apply([], [launch(tmp_path, "failed", {0: (1, 0), 1: (1, 0)}), launch(tmp_path, "stopped", {2: (1, 0)})])
+    wait_until("the pods Running", lambda: set(b.pod_phases("failed").values()) | set(b.pod_phases("stopped").values())
+               == {"Running"})
+    away = {"until": math.inf}
+    monkeypatch.setattr(b.api.client, "delete", refused_while(away, b.api.client.delete))
+    monkeypatch.setattr(b.api.client, "list", refused_while(away, b.api.client.list))
+    k8s_client.delete(Pod, "failed-a0-worker0", namespace=k8s_namespace, grace_period=0)  # behind dlsched's back
+    assert wait_obs(b, "failed", lambda o: o.state != "running").state == "failed"
+    b.apply(["stopped"], [], timeout=1.0)  # nothing taken, nothing listed: no exception
+    o = b.observe()["stopped"]
+    assert o.state == "stopped" and "still there" in o.message
+    assert [p.metadata.name for p in api_pods(k8s_client, k8s_namespace, "failed")] == ["failed-a0-worker1"]
+    assert len(api_pods(k8s_client, k8s_namespace, "stopped")) == 1
+    away["until"] = 0.0  # back: the next round sends the deletes again
+    wait_until("the survivors deleted", lambda: b.observe() is not None and api_pods(k8s_client, k8s_namespace, "failed")
+               == [] == api_pods(k8s_client, k8s_namespace, "stopped"))
+
+    # away for 3 s from the stop on; the 10-step run reaches its sim-end (1.5 s) meanwhile
+    b.apply([], [launch(tmp_path, "late", {3: (1, 0)}, steps=10)])
+    away["until"] = time.monotonic() + 3.0
+    t0 = time.monotonic()
+    b.apply(["late"], [], timeout=20.0)
+    took = time.monotonic() - t0
+    o = b.observe()["late"]
+    assert took < 8.0 and o.state == "stopped" and "force" not in o.message, (took, o)
+    assert o.step == 10 and read_sim_checkpoint(tmp_path / "late") == 10
+    assert api_pods(k8s_client, k8s_namespace, "late") == []
+
+
+@on_k8s
+def test_a_run_that_finished_before_its_node_failed_is_done_not_lost(make, k8s_client, tmp_path):
+    """Its pods Succeeded, then the node went NotReady before the controller looked: the run is
+    done (it used to be failed, and the job trained again from its last checkpoint), and the sim
+    checkpoint is its last step, so a relaunch would only confirm the end."""
+    from dlsched.live.backends.k8s_runs import read_sim_checkpoint
+
+    b = make()
+    idx = 5
+    name = b.cluster().node_names[idx]
+    b.apply([], [launch(tmp_path, "finished", {idx: (1, 0)}, steps=10)])
+    wait_until("the pod Succeeded on the watch", lambda: b.pod_phases("finished") == {"finished-a0-worker0": "Succeeded"})
+    set_label(k8s_client, name, "dlsched.test/node-down", "true")
+    try:
+        assert b.wait_for(lambda: idx in b._down, WAIT)
+        o = b.observe()["finished"]
+        assert o.state == "done" and o.done["steps"] == 10, o
+        assert read_sim_checkpoint(tmp_path / "finished") == 10
+    finally:
+        set_label(k8s_client, name, "dlsched.test/node-down", None)
+    wait_until("the node Ready", lambda: node_ready(k8s_client, name))

@@ -286,6 +286,12 @@ def test_cli_up_detach_then_down(control_plane, tmp_path):
         assert set(pids) == {"etcd", "kube-apiserver", "kwok"} and all(psutil.pid_exists(p) for p in pids.values())
         again = runner.invoke(k8s_app, ["up", "--dir", str(folder)], env=env)
         assert again.exit_code == 2 and "still running" in again.output
+        from lightkube import Client, KubeConfig
+        from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+
+        with Client(config=KubeConfig.from_file(folder / "kubeconfig-dlsched-admin"), trust_env=False) as c:
+            crd = c.get(CustomResourceDefinition, "dljobs.dlsched.io")  # the DLJob door, ready for kubectl
+            assert any(x.type == "Established" and x.status == "True" for x in crd.status.conditions)
     finally:
         res = runner.invoke(k8s_app, ["down", "--dir", str(folder)])
     assert res.exit_code == 0, res.output

@@ -17,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from dlsched.cli_experiments import experiment_app
 from dlsched.cli_k8s import k8s_app
 from dlsched.cli_live import register_live
+from dlsched.cli_replay import register_replay
 from dlsched.cli_sweep import register_sweep
 from dlsched.cli_train import train_app
 from dlsched.cli_support import console, err_console, friendly as _friendly, safe
@@ -310,6 +311,7 @@ def trace_info_cmd(
 
 register_live(app)  # serve, submit, status, cancel
 register_sweep(app)
+register_replay(app)  # after the workload options it shares with compare
 
 
 def main() -> None:  # pragma: no cover

@@ -1,9 +1,9 @@
-"""`dlsched k8s up | down`: a real local Kubernetes control plane with fake GPU nodes, for trying
+"""`dlsched k8s up | down | crd`: a real local Kubernetes control plane with fake GPU nodes, for trying
 the Kubernetes backend by hand (the tests start their own through tests/k8s_control_plane.py).
 
 `up` builds or reuses the binaries (deploy/k8s/bins.sh), starts etcd, kube-apiserver and kwok (and
-kube-scheduler with --with-scheduler) on 127.0.0.1 only, adds kwok fake GPU nodes and the namespace
-`dlsched` (the Kubernetes backend's default), and prints the admin kubeconfig. In the foreground it stops everything on Ctrl-C; with --detach it leaves the
+kube-scheduler with --with-scheduler) on 127.0.0.1 only, adds kwok fake GPU nodes, the namespace
+`dlsched` (the Kubernetes backend's default) and the DLJob CRD (`crd` prints it), and prints the admin kubeconfig. In the foreground it stops everything on Ctrl-C; with --detach it leaves the
 processes running, their PIDs and start times recorded in DIR/state.json, for `down`.
 """
 
@@ -22,20 +22,6 @@ from dlsched.core.errors import ConfigError
 
 k8s_app = typer.Typer(help="A local Kubernetes control plane (etcd, kube-apiserver, kwok fake GPU nodes) on 127.0.0.1.",
                       add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True)
-
-
-def _namespace(cp: Any, name: str) -> None:
-    """Create namespace `name` unless it exists."""
-    from lightkube import ApiError
-    from lightkube.models.meta_v1 import ObjectMeta
-    from lightkube.resources.core_v1 import Namespace
-
-    with cp.client() as client:
-        try:
-            client.create(Namespace(metadata=ObjectMeta(name=name)))
-        except ApiError as exc:
-            if exc.status.code != 409:
-                raise
 
 
 def default_dir() -> Path:
@@ -111,7 +97,8 @@ def up(
         cp.start()
         try:
             cp.add_nodes(nodes, gpus_per_node=gpus_per_node, racks=racks, zones=zones, gpu_type=gpu_type, pool=pool)
-            _namespace(cp, "dlsched")  # where `dlsched serve --backend kubernetes` puts its pods by default
+            cp.ensure_namespace("dlsched")  # where `dlsched serve --backend kubernetes` puts its pods by default
+            _install_crd(cp)
         except BaseException:
             cp.stop()
             raise
@@ -145,6 +132,23 @@ def up(
         if cp.pids():  # not detached (or failed before detaching): stop what runs
             outcome = cp.stop()
             console.print("stopped: " + ", ".join(f"{n} {o}" for n, o in outcome.items()), highlight=False)
+
+
+def _install_crd(cp: Any) -> None:
+    """The DLJob CRD, so that `kubectl apply` of a DLJob works on this control plane at once."""
+    from dlsched.k8s.dljob_crd import install_crd
+
+    with cp.client() as client:
+        install_crd(client)
+
+
+@k8s_app.command("crd")
+@friendly
+def crd() -> None:
+    """Print the DLJob CustomResourceDefinition (YAML), e.g. `dlsched k8s crd | kubectl apply -f -`."""
+    from dlsched.k8s.dljob_crd import crd_yaml
+
+    print(crd_yaml(), end="")
 
 
 @k8s_app.command("down")

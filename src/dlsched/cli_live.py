@@ -254,7 +254,7 @@ def register_live(app: typer.Typer) -> None:
     @app.command("serve")
     @friendly
     def serve(
-        config: Optional[Path] = typer.Option(None, "--config", help="YAML with ServiceConfig keys (host, port, db_url, db_url_file, token_file, auth, work_dir, backend, backend_options, nodes, ray_address, policy, policy_options, tick, stop_jobs_on_exit, lease_seconds)."),
+        config: Optional[Path] = typer.Option(None, "--config", help="YAML with ServiceConfig keys (host, port, db_url, db_url_file, token_file, auth, work_dir, backend, backend_options, nodes, ray_address, policy, policy_options, tick, stop_jobs_on_exit, lease_seconds, retry, dljobs)."),
         port: Optional[int] = typer.Option(None, "--port", help="Port (default 8765)."),
         host: Optional[str] = typer.Option(None, "--host", help="Address to bind (default 127.0.0.1; elsewhere, set a token)."),
         policy: Optional[str] = typer.Option(None, "--policy", "-p", help="Scheduling policy (default optimus; see `dlsched policies`)."),

@@ -578,6 +578,26 @@ class ControlPlane:
         tmp.write_text(json.dumps(state, indent=2))
         tmp.replace(self.dir / STATE_FILE)
 
+    def restart_apiserver(self, *, down_s: float = 0.0, grace: float = 2.0) -> float:
+        """Stop kube-apiserver by its PID (SIGTERM, then SIGKILL after `grace` s: it stops listening
+        at once, but then waits more than 10 s for open watches to end), wait `down_s`, and start
+        it again with the same arguments: the same port, etcd, certificates (reused from
+        --cert-dir) and tokens, so clients and watches reconnect to it unchanged. Returns once it
+        answers /readyz: the seconds it was away. A fault for the chaos tests and benchmarks."""
+        i, old = next((i, p) for i, p in enumerate(self._procs) if p.name == "kube-apiserver")
+        took = self.start_seconds.get("kube-apiserver")
+        t0 = time.monotonic()
+        _terminate(old.pid, old.create_time, old.popen, grace)
+        time.sleep(down_s)
+        del self._procs[i]
+        self._launch("kube-apiserver", list(old.popen.args))  # type: ignore[arg-type]
+        self._procs.insert(i, self._procs.pop())  # keep the stop order: kwok, (scheduler,) API server, etcd
+        self._wait_ready("kube-apiserver", self._apiserver_ready)
+        if took is not None:  # start_seconds keeps the first start's figure
+            self.start_seconds["kube-apiserver"] = took
+        self._write_state()
+        return time.monotonic() - t0
+
     def alive(self) -> dict[str, bool]:
         """Whether each started component is still running."""
         return {p.name: p.popen.poll() is None for p in self._procs}
@@ -601,6 +621,19 @@ class ControlPlane:
         for p in self._procs:
             p.popen.returncode = 0  # keeps Popen.__del__ from warning about a running child
         self._procs = []
+
+    def ensure_namespace(self, name: str) -> None:
+        """Create namespace `name` unless it exists."""
+        from lightkube import ApiError
+        from lightkube.models.meta_v1 import ObjectMeta
+        from lightkube.resources.core_v1 import Namespace
+
+        with self.client() as client:
+            try:
+                client.create(Namespace(metadata=ObjectMeta(name=name)))
+            except ApiError as exc:
+                if exc.status.code != 409:
+                    raise
 
     # ---------------------------------------------------------------- fake GPU nodes
 

@@ -61,11 +61,17 @@ class ServiceConfig(BaseModel):
     tick: float = Field(1.0, gt=0, le=3600, description="seconds between controller rounds")
     stop_jobs_on_exit: bool = Field(True, description="checkpoint and stop jobs on exit (else leave them for adoption)")
     retry: RetryConfig = Field(default_factory=RetryConfig, description="backoff between failed runs of a job")
+    dljobs: bool = Field(True, description="with the kubernetes backend: keep the DLJobs of its namespace and the "
+                         "store in step (kubectl's door, k8s/dljobs.py); by default closed with a warning where the "
+                         "CRD is not installed, an error when set to true explicitly")
 
     @model_validator(mode="after")
     def _one_database(self) -> "ServiceConfig":
         if self.db_url is not None and self.db_url_file is not None:
             raise ValueError("give db_url or db_url_file, not both")
+        if self.dljobs and "dljobs" in self.model_fields_set and self.backend != "kubernetes":
+            raise ValueError(f"dljobs: true needs backend: kubernetes (DLJobs are a Kubernetes resource), "
+                             f"not {self.backend!r}")
         return self
 
     def backend_settings(self) -> dict[str, Any]:
@@ -171,9 +177,33 @@ class Service:
             undo.callback(self.backend.close)
             self.controller = Controller(self.store, self.backend, policy, work_dir=cfg.work_dir, tick=cfg.tick,
                                          metrics=self.metrics, retry=cfg.retry)
+            self.dljobs = self._dljob_sync(cfg)
+            if self.dljobs is not None:
+                undo.callback(self.dljobs.close)
             undo.pop_all()
         self.stop_event = StopWhenLost(self.lease, self.backend.lost)
         self.thread: threading.Thread | None = None
+
+    def _dljob_sync(self, cfg: ServiceConfig) -> Any:
+        """The DLJob door (`k8s/dljobs.py`) on the Kubernetes backend's namespace, or None: another
+        backend, `dljobs: false`, or (said loudly) no CRD or no right to DLJobs while `dljobs` was
+        left at its default. Set explicitly, a door that cannot open is an error."""
+        if cfg.backend != "kubernetes" or not cfg.dljobs:
+            return None
+        from dlsched.k8s.dljobs import DLJobSync
+
+        api = self.backend.api  # the backend's kubeconfig and namespace: one cluster, one namespace
+        sync = DLJobSync(self.store, api.config, api.namespace, admission=self.controller.admission_problems,
+                         interval=max(0.5, cfg.tick), owns_store=lambda: not self.stop_event.is_set(),
+                         trust_env=api.trust_env)
+        why = sync.check()
+        if not why:
+            return sync
+        sync.close()
+        if "dljobs" in cfg.model_fields_set:
+            raise ConfigError(f"dljobs: true, but {why}")
+        log.warning("the DLJob door is closed: %s (dljobs: false silences this)", why)
+        return None
 
     def _lease_lost(self, why: str) -> None:
         for hook in self.on_lost:
@@ -199,11 +229,15 @@ class Service:
     def start_controller(self) -> None:
         self.thread = threading.Thread(target=self._loop, name="dlsched-controller", daemon=True)
         self.thread.start()
+        if self.dljobs is not None:
+            self.dljobs.start()
 
     def stop(self) -> None:
         """Stop the controller thread, then the jobs (or leave them for adoption: always when the
         lease was lost, as they belong to the new owner), then release the leases and the store."""
         self.stop_event.set()
+        if self.dljobs is not None:  # no job added or cancelled through kubectl from here on
+            self.dljobs.stop()
         if self.thread is not None:
             self.thread.join(timeout=max(30.0, 5 * self.cfg.tick))
             if self.thread.is_alive():
@@ -213,7 +247,11 @@ class Service:
             log.error("not stopping the jobs: they may belong to another service now (%s)", self.lost())
         try:
             self.controller.shutdown(stop_jobs)
+            if self.dljobs is not None and not self.lost():
+                self.dljobs.publish_last()  # kubectl shows the jobs as the shutdown left them
         finally:
+            if self.dljobs is not None:
+                self.dljobs.close()
             try:
                 if stop_jobs:  # close() stops what the backend runs: not when leaving jobs up
                     self.backend.close()
@@ -296,6 +334,9 @@ def run_service(cfg: ServiceConfig, *, announce=print) -> None:
             shown = "127.0.0.1"
         announce(f"dlsched service: policy {cfg.policy}, backend {cfg.backend}, store {mask_url(svc.store.url)}"
                  + (f", auth: token for {'every request' if auth.scope == 'all' else 'changes'}" if auth else ""))
+        if svc.dljobs is not None:
+            announce(f"kubectl door: DLJobs of namespace {svc.dljobs.namespace} (kubectl get dljobs -n "
+                     f"{svc.dljobs.namespace})")
         if svc.lease.taken_from:
             announce(f"took the store over from a stale lease: {svc.lease.taken_from}")
         announce(f"status page: http://{shown}:{port}/   (API docs: /docs, metrics: /metrics)")

@@ -15,6 +15,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar
@@ -67,6 +69,12 @@ class KubeApi:
         self.config, self.namespace, self.trust_env, self.timeout = config, namespace, trust_env, timeout
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dlsched-k8s-api")
         self.client = self.make_client()
+        # pod name -> (uid, grace): deletes the API server did not take (unreachable, restarting, 5xx),
+        # for `retry_deletes`; without it a pod whose delete failed ran on until its job was launched
+        # again (found by tests/test_k8s_chaos.py: pods of failed runs trained to the end meanwhile)
+        self.undeleted: dict[str, tuple[str, int]] = {}
+        self._undeleted_lock = threading.Lock()
+        self._retried_at = 0.0
 
     def make_client(self) -> Any:
         import httpx2
@@ -140,21 +148,53 @@ class KubeApi:
             return f"bind pod {name} to {node}: {type(exc).__name__}: {exc}"
         return ""
 
-    def delete_pods(self, pods: Iterable[tuple[str, str]], grace: int) -> None:
-        """Delete pods (name, uid) with `grace` seconds, all at once; pods already gone are fine."""
+    def delete_pods(self, pods: Iterable[tuple[str, str]], grace: int) -> list[tuple[str, str]]:
+        """Delete pods (name, uid) with `grace` seconds, all at once; pods already gone are fine.
+        Returns the pods whose delete the API server did not take; those it may take later (it
+        was unreachable, or answered 429 or 5xx) are kept in `undeleted` for `retry_deletes`."""
         from lightkube import ApiError
         from lightkube.resources.core_v1 import Pod
 
-        def one(p: tuple[str, str]) -> None:
+        def one(p: tuple[str, str]) -> str:  # "" (deleted or gone), "retry" or "refused"
             try:
                 self.client.delete(Pod, p[0], namespace=self.namespace, grace_period=grace)
             except ApiError as exc:
-                if exc.status.code != 404:
-                    log.warning("deleting pod %s: %s", p[0], exc.status.message)
-            except Exception as exc:  # noqa: BLE001 - retried by the next stop or forget
+                if exc.status.code == 404:
+                    return ""
+                log.warning("deleting pod %s: %s", p[0], exc.status.message)
+                return "retry" if exc.status.code == 429 or exc.status.code >= 500 else "refused"
+            except Exception as exc:  # noqa: BLE001 - the connection: retried by `retry_deletes`
                 log.warning("deleting pod %s: %s", p[0], exc)
+                return "retry"
+            return ""
 
-        self.map(one, list(pods))
+        pods = list(pods)
+        outcomes = self.map(one, pods)
+        with self._undeleted_lock:
+            for (name, uid), outcome in zip(pods, outcomes):
+                if outcome == "retry":
+                    before = self.undeleted.get(name)
+                    self.undeleted[name] = (uid, grace if before is None else min(grace, before[1]))
+                else:
+                    self.undeleted.pop(name, None)
+        return [p for p, outcome in zip(pods, outcomes) if outcome]
+
+    def retry_deletes(self, keep: Callable[[str], bool], every: float = 1.0) -> None:
+        """Delete again (at most every `every` seconds) the pods whose delete the API server did
+        not take; a pod for which `keep(uid)` is false (gone meanwhile) is dropped instead."""
+        now = time.monotonic()
+        todo: dict[int, list[tuple[str, str]]] = {}
+        with self._undeleted_lock:
+            if not self.undeleted or now - self._retried_at < every:
+                return
+            self._retried_at = now
+            for name, (uid, grace) in list(self.undeleted.items()):
+                if uid and keep(uid):
+                    todo.setdefault(grace, []).append((name, uid))
+                else:
+                    del self.undeleted[name]
+        for grace, pods in todo.items():
+            self.delete_pods(pods, grace)
 
     def delete_services(self, names: Iterable[str]) -> None:
         from lightkube import ApiError

@@ -90,7 +90,17 @@ class LeaderLease:
         deadline = None if timeout is None else time.monotonic() + timeout
         waited = False
         while True:
-            if self._try():
+            try:
+                got = self._try()
+            except ConfigError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                # the API server unreachable (restarting, a network blip): a waiting candidate keeps
+                # waiting, as the renew loop keeps renewing; it used to die here with a traceback
+                # (found by tests/test_k8s_chaos.py: a standby killed by an API server restart)
+                log.warning("reading Lease %s/%s: %s: %s", self.namespace, self.name, type(exc).__name__, exc)
+                got = False
+            if got:
                 self._leading, self.lost = True, None
                 self.acquired_at = self.last_renew = self.clock()
                 self._stop.clear()

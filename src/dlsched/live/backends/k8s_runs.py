@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlsched.live.backends.base import Launch, Observation, RunState
-from dlsched.live.backends.dry import made_up_step
+from dlsched.live.backends.dry import made_up_finish, made_up_step
 from dlsched.live.backends.k8s_watch import PodInfo
 from dlsched.live.backends.ranks import Job, Run, observation
 from dlsched.trainer.protocol import ProgressReader, is_done
@@ -55,6 +55,9 @@ class KRun:
     message: str = ""
     deleting: bool = False  # dlsched deleted (or is deleting) its pods: their going is expected
     gone: set[str] = field(default_factory=set)  # uids seen deleted (written by the watch thread)
+    # uids seen Succeeded before anyone deleted them (written by the watch thread): in sim mode, pods
+    # that reached their sim-end, whatever a stop that came too late says
+    succeeded: set[str] = field(default_factory=set)
     stop_step: int | None = None  # the step a stop checkpointed (sim)
     ended_at: float | None = None  # unix time it stopped running (its made-up progress stops there)
     reader: ProgressReader | None = None  # real mode
@@ -145,5 +148,15 @@ def observe_run(run: KRun, now: float, mode: str, startup: float) -> Observation
         message=run.message,
         resume={"event": "resume", "run": run.run_id, "step": run.base, "problems": [],
                 "checkpoint": f"sim-{run.base}" if run.base else None},
-        done={"steps": steps} if run.state == "done" else None,
+        done=_done(run, startup) if run.state == "done" else None,
     )
+
+
+def _done(run: KRun, startup: float) -> dict:
+    """A sim run's completion record, as the trainer's `done.json` would say it: with the instant
+    its made-up step reached the job's steps ("time", on the backend's clock), so the job's end
+    is when it finished, not when a round noticed."""
+    out: dict = {"steps": run.launch.job.steps}
+    if run.rate > 0:
+        out["time"] = run.started + made_up_finish(run.base, startup, run.rate, run.launch.job.steps)
+    return out

@@ -55,6 +55,7 @@ themselves, like every backend); watch threads only update caches under `self._c
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import defaultdict
@@ -95,7 +96,8 @@ class KubernetesBackend(Backend):
                  scaling: float = 0.8, leader_election: bool = True, lease_name: str = LEASE_NAME,
                  leader_wait_s: float | None = None, lease_options: dict | None = None, count_foreign: bool = True,
                  trust_env: bool = False, sync_timeout: float = 30.0, api_workers: int = 16,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, rate: Callable[[Launch], float] | None = None,
+                 restart_startup: float | None = None):
         if mode not in ("sim", "real"):
             raise ConfigError(f"mode must be 'sim' or 'real', not {mode!r}")
         try:
@@ -106,9 +108,12 @@ class KubernetesBackend(Backend):
         self.tpl = template or kp.PodTemplate()
         self.slot = self.tpl.slot_resource
         self.rate_per_worker, self.startup, self.scaling = rate_per_worker, startup, scaling
+        self.rate = rate  # sim: steps per clock second of a launch (None: the made-up rate above)
+        self.restart_startup = restart_startup  # sim: the pause of a restart or resize (None: `startup`)
         self.clock = clock
         # kwok completes sim pods at a wall-clock instant: only the wall clock can follow it (the
-        # contract test's fake clock cannot, so its runs end when the made-up step says)
+        # contract test's fake clock and a replay's stepped clock cannot, so their runs end when the
+        # made-up step says, and forget deletes their pods)
         self._kwok_completes = clock is time.time
         self._cond = threading.Condition(threading.RLock())  # guards the caches and `KRun.gone`
         self._runs: dict[str, KRun] = {}
@@ -120,6 +125,9 @@ class KubernetesBackend(Backend):
         self._reflectors: list[Reflector] = []
         self._usage: Reflector | None = None
         self._closed = False
+        self.pods_created = 0  # pods this backend created (a replay's throughput figure)
+        self.launch_seconds: list[tuple[int, float]] = []  # (pods created and bound, wall seconds) per apply
+        self._leaving: set[str] = set()  # uids of running pods `forget` deleted, until the watches see them go
         self.lease: LeaderLease | None = None
         warm_decoders()  # before any thread decodes: concurrent first decodes crash msgspec (see there)
         self.api = KubeApi(load_config(kubeconfig, context), namespace, trust_env=trust_env, workers=api_workers)
@@ -241,10 +249,13 @@ class KubernetesBackend(Backend):
             self._transitions.append((self.clock(), idx, "lost", why, True))
 
     def _pod_changed(self, kind: str, uid: str, new: PodInfo | None, old: PodInfo | None) -> None:
+        run = self._runs.get(self._uid_job.get(uid, ""))
+        if run is None or uid not in run.pods:
+            return
         if kind == "DELETED":
-            run = self._runs.get(self._uid_job.get(uid, ""))
-            if run is not None and uid in run.pods:
-                run.gone.add(uid)
+            run.gone.add(uid)
+        elif new is not None and new.phase == "Succeeded" and not new.deleting:
+            run.succeeded.add(uid)
 
     # ------------------------------------------------------------------ Backend
     def cluster(self) -> Cluster:
@@ -254,7 +265,7 @@ class KubernetesBackend(Backend):
         """(nodes, 3) GPU slots, CPUs and memory (GiB) requested on each node of `cluster()` by bound,
         non-terminated pods that are not part of a run this backend tracks: other schedulers' and
         other namespaces' pods, daemons, and pods of ours no run knows (left by a crashed
-        controller, or still exiting `KILL_WAIT_S` after `forget` deleted them). From the watch, so cheap to call every
+        controller, or still there `KILL_WAIT_S` after `forget` deleted them). From the watch, so cheap to call every
         round; what the controller must treat as used. Zeros when `count_foreign` is off."""
         out = np.zeros((self._cluster.num_nodes, 3))
         if self._usage is None:
@@ -290,7 +301,7 @@ class KubernetesBackend(Backend):
         out = {}
         for jid, run in self._runs.items():
             self._judge(run)
-            out[jid] = observe_run(run, now, self.mode, self.startup)
+            out[jid] = observe_run(run, now, self.mode, self._pause(run.attempt))
         return out
 
     def adopt(self, launch: Launch) -> bool:
@@ -366,7 +377,7 @@ class KubernetesBackend(Backend):
         if self.mode == "sim" and ann and kp.A_SIM_START in ann:  # it ran until now: checkpointed, as a stop
             run = KRun(launch, "", attempt, started=float(ann[kp.A_SIM_START]), base=int(ann.get(kp.A_SIM_BASE, 0)),
                        rate=float(ann.get(kp.A_SIM_RATE, 0.0)) or self._rate(launch))
-            self._checkpoint(launch, run.made_up_step(self.clock(), self.startup))
+            self._checkpoint(launch, run.made_up_step(self.clock(), self._pause(run.attempt)))
         self.api.delete_pods([(p.name, p.uid) for p in pods if p.phase in ("Succeeded", "Failed")], 0)
         self.api.delete_pods([(p.name, p.uid) for p in live], self.tpl.grace_s)
         self.api.delete_services({kp.service_name(launch.job_id, int(p.labels.get(kp.L_ATTEMPT, 0))) for p in pods})
@@ -386,12 +397,10 @@ class KubernetesBackend(Backend):
         if left and not run.deleting:  # a done run's pods: Succeeded (sim), or exiting after done.json (real)
             run.deleting = True
             self.api.delete_pods(left, self.tpl.grace_s if self.mode == "real" else 0)
-            with self._cond:
-                holding = any(u not in self._pods.items or self._pods.items[u].phase not in ("Succeeded", "Failed")
-                              for _, u in left)
-            if holding:  # still bound and running (a clock kwok cannot follow, a trainer still exiting):
-                # the next launch in this round may want their place, so wait until they are gone
-                self._wait_gone([run], KILL_WAIT_S)
+            with self._cond:  # still bound and running (a clock kwok cannot follow, a trainer still
+                # exiting): a launch may want their place before the watches see them go (`_launch_all`)
+                self._leaving.update(u for _, u in left if u not in self._pods.items
+                                     or self._pods.items[u].phase not in ("Succeeded", "Failed"))
         self._delete_service(run)
         with self._cond:
             for uid in run.pods:
@@ -436,7 +445,7 @@ class KubernetesBackend(Backend):
         for run in runs:
             run.deleting = True
             if self.mode == "sim":
-                run.stop_step = run.made_up_step(now, self.startup)
+                run.stop_step = run.made_up_step(now, self._pause(run.attempt))
                 self._checkpoint(run.launch, run.stop_step)
         self.api.delete_pods([p for run in runs for p in run.live_pods()], self.tpl.grace_s)
         left = self._wait_gone(runs, timeout)
@@ -446,6 +455,12 @@ class KubernetesBackend(Backend):
             still = self._wait_gone(runs, KILL_WAIT_S)
         for run in runs:
             self._delete_service(run)
+            if self._reached_sim_end(run):
+                # its pods reached their sim-end before the delete reached them (the API server was
+                # away when the stop was asked): the run finished, so the checkpoint is the last
+                # step, not the step it would have stopped at (found by tests/test_k8s_chaos.py)
+                run.stop_step = run.launch.job.steps
+                self._checkpoint(run.launch, run.stop_step)
             forced = len(left.get(run.job_id, []))
             msg = f"{forced} pod(s) force-deleted after not exiting {timeout:g} s after the delete" if forced else ""
             if still.get(run.job_id):
@@ -458,14 +473,26 @@ class KubernetesBackend(Backend):
         def left() -> dict[str, list[str]]:
             return {run.job_id: [u for _, u in run.live_pods()] for run in runs if run.live_pods()}
 
-        with self._cond:
-            self._cond.wait_for(lambda: not left(), timeout=timeout)
-            pending = left()
+        # in slices of a second, deleting again what the API server did not take meanwhile: a
+        # delete sent while it restarted is not waited out for the whole timeout (a controller
+        # round blocked 30 s, then raised: tests/test_k8s_chaos.py)
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: not left(), timeout=max(0.0, min(1.0, deadline - time.monotonic())))
+                pending = left()
+            if not pending or time.monotonic() >= deadline:
+                break
+            self.api.retry_deletes(lambda uid: uid in self._pods.items)
         remaining: dict[str, list[str]] = {}
         for run in runs:
             if run.job_id not in pending:
                 continue
-            there = {p.metadata.uid for p in self.api.job_pods(run.job_id, run.attempt)}
+            try:
+                there = {p.metadata.uid for p in self.api.job_pods(run.job_id, run.attempt)}
+            except Exception as exc:  # noqa: BLE001 - the API server away: assume they are all still there
+                log.warning("listing the pods of %s: %s", run.job_id, exc)
+                there = set(pending[run.job_id])
             with self._cond:
                 for u in pending[run.job_id]:
                     if u in there:
@@ -479,7 +506,14 @@ class KubernetesBackend(Backend):
         write_sim_checkpoint(Path(launch.job_dir), step)
 
     # ------------------------------------------------------------------ launches
+    def _pause(self, attempt: int) -> float:
+        """Sim: seconds a run of this attempt makes no progress after its start (a first start
+        pays `startup`, a restart or resize `restart_startup`, as the simulator's two overheads)."""
+        return self.startup if attempt == 0 or self.restart_startup is None else self.restart_startup
+
     def _rate(self, launch: Launch) -> float:
+        if self.rate is not None:
+            return self.rate(launch)
         return made_up_rate(self.rate_per_worker, launch.allocation.num_workers, self.scaling)
 
     def _role_request(self, launch: Launch, role: str) -> tuple[float, float, float]:
@@ -493,7 +527,8 @@ class KubernetesBackend(Backend):
     def _launch_all(self, launches: list[Launch]) -> None:
         """Create every pod and Service of every launch at once, then bind them all; a launch with
         any failure is rolled back alone (its pods deleted with grace 0) and reported failed."""
-        now = self.clock()
+        now, t0 = self.clock(), time.perf_counter()
+        self._wait_left()
         planned: list[tuple[KRun, kp.RunManifest]] = []
         free = self._free()
         for launch in launches:
@@ -511,6 +546,7 @@ class KubernetesBackend(Backend):
             if err:
                 errors[run.job_id].append(err)
             elif obj["kind"] == "Pod":
+                self.pods_created += 1
                 labels = obj["metadata"]["labels"]
                 with self._cond:
                     run.pods[uid], run.nodes[uid] = obj["metadata"]["name"], node
@@ -524,6 +560,7 @@ class KubernetesBackend(Backend):
             if err:
                 errors[run.job_id].append(err)
         bound = self.clock()
+        self.launch_seconds.append((len(binds), time.perf_counter() - t0))
         for run, m in planned:
             errs = errors.get(run.job_id)
             if not errs:
@@ -536,6 +573,18 @@ class KubernetesBackend(Backend):
             self._end(run, "failed", f"gang not started, all {len(m.pods)} pod(s) of attempt {run.attempt} deleted: "
                                      f"{errs[0]}{more}")
             self.api.event(m.pods[0][0]["metadata"]["name"], "GangFailed", run.message)
+
+    def _wait_left(self) -> None:
+        """Wait (at most KILL_WAIT_S, once for every job forgotten since the last launch) until the
+        running pods `forget` deleted are gone from the watches: until then they hold their nodes
+        (a forgotten run's pods count as other schedulers' usage), and the controller may already
+        have planned a launch in their place."""
+        with self._cond:
+            def gone() -> bool:
+                self._leaving = {u for u in self._leaving if u in self._pods.items
+                                 or (self._usage is not None and u in self._usage.items)}
+                return not self._leaving
+            self._cond.wait_for(gone, timeout=KILL_WAIT_S)
 
     def _plan_launch(self, launch: Launch, now: float, free: np.ndarray) -> tuple[KRun, kp.RunManifest] | None:
         """The run and manifests of `launch`, its demand taken from `free`; None (and the run
@@ -562,9 +611,10 @@ class KubernetesBackend(Backend):
             base = self._checkpoints.get(launch.job_id)
             run.base = read_sim_checkpoint(Path(launch.job_dir)) if base is None else base
             run.rate = self._rate(launch)
-            end = now + made_up_finish(run.base, self.startup, run.rate, launch.job.steps)
+            end = now + made_up_finish(run.base, self._pause(launch.attempt), run.rate, launch.job.steps) \
+                if run.rate > 0 else math.inf  # an allocation where the job makes no progress never ends
             sim = {kp.A_SIM_START: f"{now:.6f}", kp.A_SIM_BASE: str(run.base), kp.A_SIM_RATE: repr(run.rate)}
-            if self._kwok_completes:  # kwok completes the pods at that wall-clock instant
+            if self._kwok_completes and run.rate > 0:  # kwok completes the pods at that wall-clock instant
                 sim[kp.A_SIM_END] = kp.rfc3339(end)
         try:
             manifest = kp.build_run(launch, layout, names, self.namespace, self.tpl, run.run_id,
@@ -654,7 +704,9 @@ class KubernetesBackend(Backend):
             self.api.delete_services([run.service])
 
     def _sync(self) -> None:
-        """Act on the node changes the watch saw: report them, and fail the runs on lost nodes."""
+        """Act on the node changes the watch saw: report them, and fail the runs on lost nodes.
+        First, delete again the pods whose delete the API server did not take (it was away)."""
+        self.api.retry_deletes(lambda uid: uid in self._pods.items)
         with self._cond:
             todo, self._transitions = self._transitions, []
         for t, idx, kind, why, hard in todo:
@@ -666,12 +718,23 @@ class KubernetesBackend(Backend):
                 continue
             for run in self._runs.values():
                 if run.state == "running" and name in run.nodes.values():
-                    self._fail(run, f"node {name} failed ({why}): its pods are lost")
+                    # judged first: a run whose pods all Succeeded before the node went is done, not
+                    # lost (failing it ran the job to the end a second time: tests/test_k8s_chaos.py)
+                    self._judge(run)
+                    if run.state == "running":
+                        self._fail(run, f"node {name} failed ({why}): its pods are lost")
+
+    def _reached_sim_end(self, run: KRun) -> bool:
+        """Sim: a pod of the run turned Succeeded before anyone deleted it, so the run reached its
+        sim-end (one instant for all its pods: kwok completes them one by one), whatever ended it."""
+        return self.mode == "sim" and bool(run.succeeded)
 
     def _fail(self, run: KRun, message: str) -> None:
         """The run is dead: delete what is left of it at once (the survivors would wait in a
         collective for the dead rank) and say why."""
         self._end(run, "failed", message)
+        if self._reached_sim_end(run):  # ended between two of its pods' completions: resumes at the end
+            self._checkpoint(run.launch, run.launch.job.steps)
         run.deleting = True
         self.api.delete_pods(run.live_pods(), 0)
         self._delete_service(run)
@@ -687,7 +750,7 @@ class KubernetesBackend(Backend):
             gone = set(run.gone)
         got = verdict(run, infos, gone, self.mode)
         if got is None and self.mode == "sim" and not self._kwok_completes \
-                and run.made_up_step(self.clock(), self.startup) >= run.launch.job.steps:
+                and run.made_up_step(self.clock(), self._pause(run.attempt)) >= run.launch.job.steps:
             # a clock that is not the wall clock (the contract test's): kwok could not follow it, so
             # the pods carry no sim-end and the made-up step says when the run is done
             got = ("done", "")
@@ -698,6 +761,12 @@ class KubernetesBackend(Backend):
             self._fail(run, message)
         else:
             self._end(run, state, message)
+            if state == "done" and self.mode == "sim":
+                # a run the controller has not heard of as done yet may be asked to stop and start
+                # again (a resize, a node failing right after): the next attempt then resumes at the
+                # end instead of training again from the last stop's checkpoint (found by
+                # tests/test_k8s_chaos.py: jobs trained to the end two and three times)
+                self._checkpoint(run.launch, run.launch.job.steps)
 
     # ------------------------------------------------------------------ introspection (tests, tools)
     def pods_of(self, job_id: str) -> dict[str, str]:

@@ -30,7 +30,7 @@ class ControllerDecisions:
 
     def _decide(self, reasons: tuple[str, ...]) -> None:
         restart = statistics.median(self.pauses) if self.pauses else self.assumed_restart
-        snap = self.state.snapshot(self.time.now, reasons, restart, rng=self.rng)
+        snap = self.state.snapshot(self.time.now, reasons, restart, rng=self.rng, profile=self.profile)
         t0 = time.perf_counter()
         try:
             plan = self.policy.schedule(snap)
@@ -54,7 +54,8 @@ class ControllerDecisions:
         if self.metrics is not None:
             self.metrics.decision_failing.set(0)
         self.triggers.wake_at(plan.wake_at, self.time.now)
-        self._carry_out(actions)
+        if self._carry_out(actions):  # launched something: its pods are bound when apply returns
+            self.decision_to_bound.append(time.perf_counter() - t0)
 
     def _policy_reasons(self, snap, plan) -> dict[str, str]:
         """The policy's own words on its waiting jobs; a failure there only costs the words."""
@@ -72,10 +73,11 @@ class ControllerDecisions:
             self.metrics.decision_failures_total.inc()
             self.metrics.decision_failing.set(1)
 
-    def _carry_out(self, actions: list[Action]) -> None:
+    def _carry_out(self, actions: list[Action]) -> int:
         """One batched `Backend.apply` for the whole decision (every stop at once, then every
         launch), then the bookkeeping of each Action in the core's order. Stopped runs' last
-        progress is folded in before their Actions change the state, as a checkpointed step."""
+        progress is folded in before their Actions change the state, as a checkpointed step.
+        Returns how many runs it launched."""
         stopping = [self.state.jobs[a.job_id] for a in actions if a.kind in (Kind.STOP, Kind.RESIZE)]
         now = self.clock()
         for js in stopping:
@@ -89,6 +91,7 @@ class ControllerDecisions:
         self._apply(stopping, list(launches.values()))
         for a in actions:
             self._act(a, launches.get(a.job_id))
+        return len(launches)
 
     def _apply(self, stopping: list[LiveJobState], launches: list[Launch]) -> None:
         """One `Backend.apply`, then the stopped runs' last reported progress (their checkpoint)

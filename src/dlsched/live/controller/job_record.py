@@ -14,6 +14,7 @@ import numpy as np
 
 from dlsched.core.allocation import Allocation
 from dlsched.core.cluster import GPU, Cluster
+from dlsched.core.job import JobSpec
 from dlsched.core.snapshot import Clock, JobState
 from dlsched.framework.state import ClusterState
 from dlsched.live.spec import TrainJob
@@ -36,9 +37,13 @@ class LiveJobState(JobState):
     resume_noted: str | None = None  # run whose "resume" record was looked at
 
     @classmethod
-    def from_view(cls, view, epoch: float, clock: Clock, index: int) -> "LiveJobState":
-        """The state of a stored job, as a restarted service finds it."""
-        spec = view.spec.job_spec(view.id, max(0.0, view.submitted_at - epoch))
+    def from_view(cls, view, epoch: float, clock: Clock, index: int,
+                  spec_of: "Callable[[Any, float], JobSpec] | None" = None) -> "LiveJobState":
+        """The state of a stored job, as a restarted service finds it. `spec_of(view, submit_time)`
+        gives the scheduler's view of the job instead of `TrainJob.job_spec` (a trace replay: the
+        trace's own job, its model and curve, stands behind the stored job)."""
+        submit = max(0.0, view.submitted_at - epoch)
+        spec = view.spec.job_spec(view.id, submit) if spec_of is None else spec_of(view, submit)
         js = cls(spec=spec, index=index, clock=clock, rank=index, train_job=view.spec,
                  attempt=view.attempt, restarts=view.restarts)
         js.report_progress(float(view.steps_done))
@@ -135,8 +140,9 @@ class JobRecord:
         self.store.update(js.job_id, **fields)
         self.event(js, kind, message, {"step": step if step is not None else int(js.reported_progress)})
 
-    def ended(self, js: JobState, label: str, reason: str, **fields: Any) -> None:
-        self.store.update(js.job_id, status=label, reason=reason, finished_at=self.clock(),
+    def ended(self, js: JobState, label: str, reason: str, finished_at: float | None = None, **fields: Any) -> None:
+        self.store.update(js.job_id, status=label, reason=reason,
+                          finished_at=self.clock() if finished_at is None else finished_at,
                           workers=0, ps=0, nodes=[], **fields)
         self.event(js, label, reason)
 

@@ -32,15 +32,17 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
 from dlsched.core.errors import ConfigError
+from dlsched.core.job import JobSpec
 from dlsched.core.policy import Policy
 from dlsched.core.snapshot import Clock, JobStatus
 from dlsched.framework.state import ClusterState
 from dlsched.framework.triggers import Triggers
+from dlsched.throughput.base import ThroughputModel
 from dlsched.live.backends.base import Backend
 from dlsched.live.controller.decisions import ControllerDecisions
 from dlsched.live.controller.failures import ControllerFailures
@@ -71,12 +73,18 @@ class Controller(ControllerDecisions, ControllerObservations, ControllerFailures
 
     def __init__(self, store, backend: Backend, policy: Policy, *, work_dir: Path, tick: float = 1.0,
                  metrics=None, clock: Callable[[], float] = time.time, seed: int = 0, stop_timeout: float = 30.0,
-                 restart_overhead: float = DEFAULT_RESTART_OVERHEAD, retry: RetryConfig | None = None):
+                 restart_overhead: float = DEFAULT_RESTART_OVERHEAD, retry: RetryConfig | None = None,
+                 spec_of: Callable[[Any, float], JobSpec] | None = None, profile: ThroughputModel | None = None):
+        """`spec_of` and `profile` serve a trace replay (`dlsched.k8s.replay`): the scheduler's
+        view of each stored job (see `LiveJobState.from_view`), and the throughput profile the
+        policies see in their snapshot, as the simulator gives them (None: no profile is known)."""
         refusal = live_refusal(policy)
         if refusal:
             raise ConfigError(refusal)
         self.backend, self.policy, self.metrics, self.clock = backend, policy, metrics, clock
         self.tick, self.stop_timeout = tick, stop_timeout
+        self.spec_of, self.profile = spec_of, profile
+        self.on_ended: Callable[[LiveJobState], None] | None = None  # sees each ended job before it leaves memory
         self.assumed_restart = restart_overhead  # until a pause is measured
         self.retry = retry or RetryConfig()
         self.backing_off: dict[str, LiveJobState] = {}  # failed runs waiting out their backoff (parked)
@@ -90,7 +98,8 @@ class Controller(ControllerDecisions, ControllerObservations, ControllerFailures
         self.triggers = Triggers(policy.on_events, policy.interval, self.time.now, policy.name)
         self.admitted = 0  # jobs taken in so far: their arrival rank, as in the simulator
         self.decisions = 0
-        self.decision_times: list[float] = []
+        self.decision_times: list[float] = []  # seconds each policy call took
+        self.decision_to_bound: list[float] = []  # seconds from a policy call to its launches applied (pods bound)
         self.pauses: list[float] = []  # measured resize/restart pauses: stop asked -> first step
         self.startups: list[float] = []  # first starts: launch asked -> first step
         self._pending_pause: dict[str, tuple[float, str]] = {}  # job -> (unix time asked, kind)
@@ -141,7 +150,7 @@ class Controller(ControllerDecisions, ControllerObservations, ControllerFailures
                 self.record.queued(js, "recovered", "service restarted: resumes from its checkpoint")
 
     def _admit(self, view) -> LiveJobState:
-        js = LiveJobState.from_view(view, self.epoch, self.time, index=self.admitted)
+        js = LiveJobState.from_view(view, self.epoch, self.time, index=self.admitted, spec_of=self.spec_of)
         self.admitted += 1
         reason = self.state.arrive(js, self.time.now)
         demand = view.spec.demand_problems()
@@ -236,23 +245,38 @@ class Controller(ControllerDecisions, ControllerObservations, ControllerFailures
                     log.info("node %s is back", name)
 
     # ------------------------------------------------------------------ a job's end
-    def _finish(self, js: LiveJobState, done: dict) -> None:
+    def _done_at(self, js: LiveJobState, done: dict) -> float | None:
+        """When a finished job ended, on the controller's clock: the time its completion record
+        says (the trainer's `time`), never before the round that last saw it running nor after
+        now, so JCTs are the jobs', not the rounds'. None when the record has no time."""
+        at = done.get("time")
+        if not isinstance(at, (int, float)) or isinstance(at, bool):
+            return None
+        return min(self.time.now, max(js.last_update, float(at) - self.epoch))
+
+    def _finish(self, js: LiveJobState, done: dict, end: float | None = None) -> None:
+        """The job trained all its steps; it ended at `end` (default: `_done_at`, else now)."""
         self.backend.forget(js.job_id)
-        self._end(js, JobStatus.DONE, "done", "", steps_done=int(done.get("steps", js.spec.iterations)),
+        end = self._done_at(js, done) if end is None else end
+        self._end(js, JobStatus.DONE, "done", "", at=end, steps_done=int(done.get("steps", js.spec.iterations)),
                   loss=done.get("loss", js.samples[-1][1] if js.samples else None))
 
-    def _end(self, js: LiveJobState, status: JobStatus, label: str, reason: str, **fields) -> None:
-        """A terminal state: done, failed, cancelled or rejected."""
-        self.state.end(js, self.time.now, status, reason)
+    def _end(self, js: LiveJobState, status: JobStatus, label: str, reason: str, at: float | None = None,
+             **fields) -> None:
+        """A terminal state: done, failed, cancelled or rejected (at controller time `at`, else now)."""
+        when = self.time.now if at is None else at
+        self.state.end(js, when, status, reason)
         self._pending_pause.pop(js.job_id, None)
         if self.backing_off.pop(js.job_id, None) is not None or js.failures:
             self.record.clear_retry(js.job_id)
         self._happened.add("completion")
-        self.record.ended(js, label, reason, **fields)
+        self.record.ended(js, label, reason, finished_at=None if at is None else self.epoch + at, **fields)
 
     def _forget_ended(self) -> None:
         """Terminal jobs leave memory (the store keeps them; the policy must not see them)."""
         for jid in [j for j, s in self.state.jobs.items() if s.status not in (JobStatus.PENDING, JobStatus.RUNNING)]:
+            if self.on_ended is not None:
+                self.on_ended(self.state.jobs[jid])
             del self.state.jobs[jid]
             self.record.forget(jid, self.metrics)
 

@@ -24,15 +24,18 @@ class ControllerObservations:
             o = obs.get(js.job_id)
             if o is None:
                 continue
-            self._fold(js, o)
+            done = o.state == "done" or o.done is not None  # finished, even while its ranks still exit
+            end = self._done_at(js, o.done or {}) if done else None
+            self._fold(js, o, end)
             self._note_resume(js, o)
-            if o.state == "done" or o.done is not None:  # finished, even while its ranks still exit:
-                self._finish(js, o.done or {})  # never resize or restart a complete job (`forget` stops the rest)
+            if done:  # never resize or restart a complete job (`forget` stops the rest)
+                self._finish(js, o.done or {}, end)
             elif o.state in ("failed", "stopped"):
                 self._failed(js, o)
 
-    def _fold(self, js: LiveJobState, o: Observation) -> None:
-        js.settle(self.time.now)
+    def _fold(self, js: LiveJobState, o: Observation, at: float | None = None) -> None:
+        """Fold an observation in, the job's time accounted up to `at` (default now)."""
+        js.settle(self.time.now if at is None else at)
         js.report_progress(o.step)
         if o.samples:
             js.samples = list(o.samples)

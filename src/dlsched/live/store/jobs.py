@@ -85,11 +85,20 @@ class Store:
         self._session = sessionmaker(self.engine, expire_on_commit=False)
 
     # ------------------------------------------------------------------ jobs
-    def add(self, job: TrainJob, now: float | None = None) -> JobView:
-        """Record a submitted job as queued; its id is the next in a sequence never reused."""
+    def add(self, job: TrainJob, now: float | None = None, *, dljob: str | None = None) -> JobView:
+        """Record a submitted job as queued; its id is the next in a sequence never reused.
+
+        `dljob`: the job comes from that DLJob (`<namespace>/<uid>`); if a job of it is stored
+        already, that job is returned and nothing is added (checked in the same transaction: a
+        DLJob seen twice, e.g. by a restarted sync, is one job)."""
         now = time.time() if now is None else float(now)
         with self._write_lock, self._session.begin() as s:
-            row = _Job(name=job.name, spec=job.model_dump(mode="json"), status="queued", submitted_at=now)
+            if dljob is not None:
+                known = s.scalars(select(_Job).where(_Job.dljob == dljob).order_by(_Job.seq)).first()
+                if known is not None:
+                    return _view(known)
+            row = _Job(name=job.name, spec=job.model_dump(mode="json"), status="queued", submitted_at=now,
+                       dljob=dljob)
             s.add(row)
             s.flush()
             s.add(_Event(job_seq=row.seq, time=now, kind="submitted", message=f"{job.model} x{job.steps} steps"))
@@ -182,6 +191,20 @@ class Store:
                 seq = row.pop("seq")
                 if row:
                     s.execute(update(_Job).where(_Job.seq == seq).values(**row))
+
+    def dljob_links(self) -> dict[str, str]:
+        """job id -> `<namespace>/<uid>` of the DLJob that stands for it, for every job that has one."""
+        stmt = select(_Job.seq, _Job.dljob).where(_Job.dljob.is_not(None))
+        with self._session() as s:
+            return {format_job_id(seq): uid for seq, uid in s.execute(stmt)}
+
+    def link_dljob(self, job_id: str, dljob: str) -> None:
+        """Record `dljob` (`<namespace>/<uid>`) as the DLJob that mirrors a job submitted elsewhere
+        (KeyError: no such job)."""
+        seq = parse_job_id(job_id)
+        with self._write_lock, self._session.begin() as s:
+            if seq is None or s.execute(update(_Job).where(_Job.seq == seq).values(dljob=dljob)).rowcount != 1:
+                raise KeyError(f"no job {job_id!r}")
 
     def request_cancel(self, job_id: str) -> JobView | None:
         """Flag the job for the controller to cancel (idempotent); None if there is no such job."""
