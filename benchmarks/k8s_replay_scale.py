@@ -86,6 +86,7 @@ def dlsched_burst(cp, namespace: str, pool: str, n: int, gang: int) -> dict:
     for g in range(n // gang):
         placement = {(k + i) % nodes: (1, 0) for i in range(gang)}
         k += gang
+        (work / f"g{g}").mkdir()
         launches.append(Launch(f"g{g:05d}", job, Allocation.of(placement), work / f"g{g}"))
     t0 = time.perf_counter()
     backend.apply([], launches)
@@ -138,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     from dlsched.k8s.controlplane import ControlPlane
     from dlsched.k8s.default_scheduler import replay_kube_scheduler
     from dlsched.k8s.replay import mirror_nodes, replay_policy
+    from dlsched.k8s.replay_compare import SCHEDULER_BACKOFF_S
     from dlsched.policies.registry import make_policy
     from dlsched.sim.config import SimConfig
 
@@ -146,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     out: dict = {"machine": f"{platform.node()} ({platform.machine()}, {__import__('os').cpu_count()} CPUs)",
                  "nodes": args.nodes, "gpus": cluster.total_gpus, "command": " ".join(sys.argv)}
     with ControlPlane(workdir=Path(tempfile.mkdtemp(prefix="dlsched-scale-")), bin_dir=args.bin_dir,
-                      with_scheduler=True) as cp:
+                      with_scheduler=True, scheduler_backoff_s=SCHEDULER_BACKOFF_S) as cp:
         t0 = time.perf_counter()
         mirror_nodes(cp, cluster, pool)
         out["nodes_ready_s"] = round(time.perf_counter() - t0, 1)

@@ -561,7 +561,10 @@ def run_k8s_chaos(cp: Any, work: Path, cfg: K8sChaosConfig,
             if todo and time.time() >= next_fault:
                 fault = h.inject(todo.pop(0))
                 if fault.outcome != "injected" and sum(f.kind == fault.kind for f in h.faults) < 20:
-                    todo.append(fault.kind)  # nothing to hit right now: that kind again later
+                    # nothing to hit right now: that kind again later — next, if it never landed yet
+                    # (a run under load can end before a kind retried last gets its turn)
+                    missing = not any(f.kind == fault.kind and f.outcome == "injected" for f in h.faults)
+                    todo.insert(0, fault.kind) if missing else todo.append(fault.kind)
                 next_fault = time.time() + h.rng.uniform(*cfg.gap_s)
             time.sleep(0.1)
         h.faults += [K8sFault(time.time(), k, outcome="not injected: every job had ended") for k in todo]

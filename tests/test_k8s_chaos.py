@@ -40,7 +40,7 @@ def test_every_job_ends_once_on_kubernetes_under_faults(chaos_plane, tmp_path):
     at once (from the harness's own watch of every pod); no pod of ours stayed bound to a NotReady
     node; nothing of ours runs at the end; every kind of fault was injected; the killed leader's
     successor took over."""
-    cfg = K8sChaosConfig(jobs=14, faults=6, seed=28, steps=(120, 300), arrivals_s=12.0, timeout_s=240)
+    cfg = K8sChaosConfig(jobs=14, faults=6, seed=28, steps=(200, 400), arrivals_s=12.0, timeout_s=240)
     report = run_k8s_chaos(chaos_plane, tmp_path, cfg)
     summary = report.summary()
     print(json.dumps(summary, indent=1))

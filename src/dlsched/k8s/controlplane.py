@@ -309,6 +309,10 @@ class ControlPlane:
     workdir: Path | str | None = None
     bin_dir: Path | str | None = None
     with_scheduler: bool = False
+    #: kube-scheduler's pod backoff (podInitialBackoffSeconds = podMaxBackoffSeconds), None for its
+    #: defaults (1 s doubling to 10 s). Its queue backs off in wall seconds: a replay that runs an
+    #: hour of trace a second would make a 10 s backoff ten hours long, so it asks for the least.
+    scheduler_backoff_s: int | None = None
     stages: Path | str | None = None
     ready_timeout: float = 60.0
     node_lease_seconds: int = 40
@@ -450,11 +454,20 @@ class ControlPlane:
 
         if self.with_scheduler:
             admin = self.kubeconfig()
-            self._launch("kube-scheduler", [
-                str(b / "kube-scheduler"), f"--kubeconfig={admin}", f"--authentication-kubeconfig={admin}",
-                f"--authorization-kubeconfig={admin}", "--bind-address=127.0.0.1", f"--secure-port={sp}",
-                "--leader-elect=false",
-            ])
+            argv = [str(b / "kube-scheduler"), f"--kubeconfig={admin}", f"--authentication-kubeconfig={admin}",
+                    f"--authorization-kubeconfig={admin}", "--bind-address=127.0.0.1", f"--secure-port={sp}",
+                    "--leader-elect=false"]
+            if self.scheduler_backoff_s is not None:
+                # with --config, kube-scheduler ignores --kubeconfig and --leader-elect: both go in the file;
+                # the default profile (its plugins and weights) is kept as it is
+                cfg = d / "kube-scheduler.yaml"
+                cfg.write_text(json.dumps({
+                    "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": {"kubeconfig": str(admin)}, "leaderElection": {"leaderElect": False},
+                    "podInitialBackoffSeconds": self.scheduler_backoff_s,
+                    "podMaxBackoffSeconds": self.scheduler_backoff_s}))
+                argv.append(f"--config={cfg}")
+            self._launch("kube-scheduler", argv)
             # /healthz is in the scheduler's always-allowed paths; its cert is self-signed in memory
             insecure = ssl.create_default_context()
             insecure.check_hostname = False

@@ -146,6 +146,9 @@ def replay_kube_scheduler(specs: list[JobSpec], throughput: "ThroughputModel", c
                 state.end(j.js, j.end_at, JobStatus.DONE)  # when its work was done, as dlsched's runs
                 ended.append(j.js)
             api.delete_pods([(n, "") for i in done for n in ended_pods.pop(i)], 0)
+            if done and waiting:  # kube-scheduler gives the freed room to the pods already waiting,
+                changed[0] = time.monotonic()  # as it would in the hour before this round's arrivals
+                settle()
             # arrivals: every pod of the job at once, as tf-operator creates them
             new: list[tuple[int, dict]] = []
             while nxt < len(specs) and specs[nxt].submit_time <= now:
@@ -162,7 +165,7 @@ def replay_kube_scheduler(specs: list[JobSpec], throughput: "ThroughputModel", c
                 if err:
                     raise ConfigError(f"replay could not create a pod of job {specs[i].job_id}: {err}")
                 created += 1
-            if new or done:  # kube-scheduler's turn: from our change until the pods are quiet
+            if new or (done and not waiting):  # kube-scheduler's turn: from our change until the pods are quiet
                 changed[0] = time.monotonic()
                 settle()
             with cond:

@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
 #: The pool (node label) a replay's mirrored nodes carry.
 REPLAY_POOL = "replay"
+#: kube-scheduler's pod backoff in a replay: its least (1 s), since its queue backs off in wall
+#: seconds and a replay compresses time (`ControlPlane.scheduler_backoff_s`).
+SCHEDULER_BACKOFF_S = 1
 #: The simulated twin of each replayed policy: kube-scheduler's is dlsched's imitation of it.
 SIM_TWIN = {KUBE_SCHEDULER: "kube-default"}
 
@@ -103,7 +106,8 @@ def run_replays(specs: list[JobSpec], cluster: "Cluster", names: list[str], thro
             raise ConfigError(f"cannot replay {n}: {why}")
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
-    with ControlPlane(workdir=work_dir / "control-plane", bin_dir=bin_dir, with_scheduler=KUBE_SCHEDULER in names) as cp:
+    with ControlPlane(workdir=work_dir / "control-plane", bin_dir=bin_dir, with_scheduler=KUBE_SCHEDULER in names,
+                      scheduler_backoff_s=SCHEDULER_BACKOFF_S) as cp:
         say(f"control plane up in {sum(cp.start_seconds.values()):.1f} s; making {cluster.num_nodes} kwok nodes")
         t0 = time.monotonic()
         mirror_nodes(cp, cluster, REPLAY_POOL)
