@@ -27,7 +27,8 @@ from dlsched.core.errors import ConfigError
 from dlsched.core.job import JobSpec
 from dlsched.core.snapshot import Clock, JobState, JobStatus
 from dlsched.framework.state import ClusterState
-from dlsched.k8s.replay import KUBE_SCHEDULER, REPLAY_SUFFIX, Replay, SteppedClock, _settle_unfinished, next_round
+from dlsched.k8s.replay import (KUBE_SCHEDULER, REPLAY_SUFFIX, Replay, SteppedClock, _settle_unfinished, next_round,
+                               pool_cluster)
 from dlsched.live.backends import k8s_pods as kp
 from dlsched.sim.config import SimConfig
 from dlsched.sim.results import SimResult, Timeline
@@ -91,16 +92,11 @@ def replay_kube_scheduler(specs: list[JobSpec], throughput: "ThroughputModel", c
 
     from dlsched.live.backends.k8s_api import KubeApi, load_config
     from dlsched.live.backends.k8s_watch import Reflector, pod_info, warm_decoders
-    from dlsched.live.backends.kubernetes import KubernetesBackend
 
     if not specs:
         raise ConfigError("nothing to replay: the workload has no jobs")
     specs = sorted(specs, key=lambda s: s.submit_time)
-    # the pool's nodes, read exactly as dlsched's backend reads them (the same Cluster, same order)
-    probe = KubernetesBackend(kubeconfig=kubeconfig, namespace=namespace, pool=pool, leader_election=False,
-                              count_foreign=False)
-    cluster: Cluster = probe.cluster()
-    probe.close()
+    cluster: Cluster = pool_cluster(kubeconfig, namespace, pool)
     index = {n: i for i, n in enumerate(cluster.node_names)}
     clock = SteppedClock(tick * speedup, origin=specs[0].submit_time)
     time_ = Clock(clock())
@@ -128,7 +124,6 @@ def replay_kube_scheduler(specs: list[JobSpec], throughput: "ThroughputModel", c
     waiting: dict[int, _Job] = {}
     running: dict[int, _Job] = {}
     ended: list[JobState] = []
-    ended_pods: dict[int, list[str]] = {}  # a running job's pods, deleted when it ends
     created = 0
     t_wall, last_bind_wall, bound_before = time.time(), time.time(), 0
     stop_reason = ""
@@ -141,11 +136,11 @@ def replay_kube_scheduler(specs: list[JobSpec], throughput: "ThroughputModel", c
             now = time_.now = clock()
             # completions first (they free nodes), then arrivals, then kube-scheduler's turn
             done = [i for i, j in running.items() if j.end_at is not None and now >= j.end_at]
-            for i in done:
-                j = running.pop(i)
+            finished = [running.pop(i) for i in done]
+            for j in finished:
                 state.end(j.js, j.end_at, JobStatus.DONE)  # when its work was done, as dlsched's runs
                 ended.append(j.js)
-            api.delete_pods([(n, "") for i in done for n in ended_pods.pop(i)], 0)
+            api.delete_pods([(n, "") for j in finished for n in j.pods], 0)
             if done and waiting:  # kube-scheduler gives the freed room to the pods already waiting,
                 changed[0] = time.monotonic()  # as it would in the hour before this round's arrivals
                 settle()
@@ -189,7 +184,6 @@ def replay_kube_scheduler(specs: list[JobSpec], throughput: "ThroughputModel", c
                     j.js.rate = rate
                     j.end_at = (j.js.resume_at + j.js.spec.iterations / rate) if rate > 0 else None
                     running[i] = j
-                    ended_pods[i] = j.pods
                 elif count and (j.js.held is None or j.js.held != alloc):
                     state.hold(j.js, alloc, now)
             bound_total = created - sum(len(j.pods) for j in waiting.values()) + bound_now

@@ -196,11 +196,17 @@ def as_trace_rows(states: list[JobState], trace_id: dict[str, str]) -> list[JobS
     return states
 
 
-def sim_label(result: SimResult, label: str) -> SimResult:
-    """`result` shown under another policy name (tables, reports and jobs.csv's file names)."""
-    result.policy = label
-    result.summary["policy"] = label
-    return result
+def pool_cluster(kubeconfig: str | Path, namespace: str, pool: str) -> Cluster:
+    """The pool's nodes as dlsched's backend reads them (the same Cluster, in the same order), for
+    the runs that do not go through the backend: the simulations and kube-scheduler's replay."""
+    from dlsched.live.backends.kubernetes import KubernetesBackend
+
+    probe = KubernetesBackend(kubeconfig=kubeconfig, namespace=namespace, pool=pool, leader_election=False,
+                              count_foreign=False)
+    try:
+        return probe.cluster()
+    finally:
+        probe.close()
 
 
 # ---------------------------------------------------------------------------- dlsched's policies

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from dlsched.core.errors import ConfigError
 from dlsched.core.job import JobSpec
-from dlsched.k8s.replay import KUBE_SCHEDULER, Replay, check_replayable, mirror_nodes, replay_policy
+from dlsched.k8s.replay import (KUBE_SCHEDULER, Replay, check_replayable, mirror_nodes, pool_cluster,
+                               replay_policy)
 from dlsched.sim.config import SimConfig
 from dlsched.sim.results import SimResult
 
@@ -92,7 +93,6 @@ def run_replays(specs: list[JobSpec], cluster: "Cluster", names: list[str], thro
     replay's store."""
     from dlsched.k8s.controlplane import ControlPlane
     from dlsched.k8s.default_scheduler import replay_kube_scheduler
-    from dlsched.live.backends.kubernetes import KubernetesBackend
     from dlsched.live.controller import live_refusal
     from dlsched.policies.registry import make_policy
     from dlsched.sim.engine import simulate as run_sim
@@ -114,10 +114,7 @@ def run_replays(specs: list[JobSpec], cluster: "Cluster", names: list[str], thro
         say(f"{cluster.num_nodes} nodes Ready in {time.monotonic() - t0:.1f} s")
         for k, n in enumerate(names):
             cp.ensure_namespace(_ns(k, n))
-        probe = KubernetesBackend(kubeconfig=cp.kubeconfig(), namespace=_ns(0, names[0]), pool=REPLAY_POOL,
-                                  leader_election=False, count_foreign=False)
-        api_cluster = probe.cluster()
-        probe.close()
+        api_cluster = pool_cluster(cp.kubeconfig(), _ns(0, names[0]), REPLAY_POOL)
         out = ReplayComparison(api_cluster, start_seconds=dict(cp.start_seconds))
         for k, n in enumerate(names):
             cb = None if on_progress is None else (lambda e, t, _n=n: on_progress(_n, e, t))
