@@ -5,8 +5,10 @@ Starts one control plane (etcd, kube-apiserver, kwok, kube-scheduler; all on 127
 
 1. burst, kube-scheduler: `--burst` one-GPU pods created at once with the default scheduler name;
    the time until kube-scheduler has bound them all gives its binding throughput (pods/s);
+   each burst also reports the CPU seconds each process spent until all were bound;
 2. burst, dlsched: the same number of pods as gangs of `--gang` one-GPU workers, one node each
    pod, handed to `KubernetesBackend.apply` in one decision: pods created and bound per second;
+   then again with the backend's `bind="create"` (each pod's node set at creation);
 3. replay, kube-scheduler, then dlsched's `--policy`: `--jobs` jobs of an ITP trace (rigid,
    measured curves) whose arrivals are compressed so the offered load on this cluster is
    `--load`, each replayed at `--speedup`; reports decision p50/p99 (policy call),
@@ -37,6 +39,24 @@ def rss_mib() -> float:
     return psutil.Process().memory_info().rss / 2**20
 
 
+def cpu_seconds(cp) -> dict[str, float]:
+    """CPU seconds (user + system) so far of each control-plane process and of this one."""
+    import psutil
+
+    def used(proc: psutil.Process) -> float:
+        t = proc.cpu_times()
+        return t.user + t.system
+
+    out = {name: used(psutil.Process(pid)) for name, pid in cp.pids().items()}
+    out["this process (python)"] = used(psutil.Process())
+    return out
+
+
+def spent(cp, before: dict[str, float]) -> dict[str, float]:
+    """CPU seconds each process used since `before` (where a burst's time went)."""
+    return {k: round(v - before.get(k, 0.0), 1) for k, v in cpu_seconds(cp).items()}
+
+
 def kube_scheduler_burst(cp, namespace: str, pool: str, n: int) -> dict:
     """`n` one-GPU pods created at once with the default scheduler; time until all are bound."""
     from lightkube.resources.core_v1 import Pod
@@ -54,24 +74,26 @@ def kube_scheduler_burst(cp, namespace: str, pool: str, n: int) -> dict:
     watch.synced.wait(30)
     manifests = [m for i in range(n) for m in job_pods(JobSpec(job_id=f"b{i}", submit_time=0, iterations=1), i,
                                                        namespace, pool)]
-    t0 = time.perf_counter()
+    cpu, t0 = cpu_seconds(cp), time.perf_counter()
     errs = [e for _, e in api.map(api.create, manifests) if e]
     created = time.perf_counter() - t0
     with cond:
         cond.wait_for(lambda: sum(1 for p in watch.items.values() if p.node) >= n, timeout=600)
         bound = sum(1 for p in watch.items.values() if p.node)
-    took = time.perf_counter() - t0
+    took, cpu = time.perf_counter() - t0, spent(cp, cpu)
     api.delete_pods([(m["metadata"]["name"], "") for m in manifests], 0)
     with cond:
         cond.wait_for(lambda: not watch.items, timeout=120)
     watch.stop()
     api.close()
     return {"pods": n, "bound": bound, "create_errors": len(errs), "created_s": round(created, 2),
-            "all_bound_s": round(took, 2), "pods_bound_per_s": round(bound / took, 1)}
+            "all_bound_s": round(took, 2), "pods_bound_per_s": round(bound / took, 1), "cpu_s": cpu}
 
 
-def dlsched_burst(cp, namespace: str, pool: str, n: int, gang: int) -> dict:
-    """`n` pods as gangs of `gang` one-GPU workers (one pod per node) in one `apply`."""
+def dlsched_burst(cp, namespace: str, pool: str, n: int, gang: int, bind: str = "binding") -> dict:
+    """`n` pods as gangs of `gang` one-GPU workers (one pod per node) in one `apply`, placed by
+    `bind` (the backend's option: "binding" creates then binds each pod, "create" sets its node
+    at creation)."""
     from dlsched.core.allocation import Allocation
     from dlsched.live.backends.base import Launch
     from dlsched.live.backends.kubernetes import KubernetesBackend
@@ -79,7 +101,7 @@ def dlsched_burst(cp, namespace: str, pool: str, n: int, gang: int) -> dict:
 
     work = Path(tempfile.mkdtemp(prefix="dlsched-burst-"))
     backend = KubernetesBackend(kubeconfig=cp.kubeconfig(), namespace=namespace, pool=pool, mode="sim",
-                                leader_election=False, rate_per_worker=1e-3)
+                                leader_election=False, rate_per_worker=1e-3, bind=bind)
     nodes = backend.cluster().num_nodes
     job = TrainJob(model="mlp", steps=10**6, workers=gang, cpus_per_worker=1, mem_gb_per_worker=1)
     launches, k = [], 0
@@ -88,16 +110,16 @@ def dlsched_burst(cp, namespace: str, pool: str, n: int, gang: int) -> dict:
         k += gang
         (work / f"g{g}").mkdir()
         launches.append(Launch(f"g{g:05d}", job, Allocation.of(placement), work / f"g{g}"))
-    t0 = time.perf_counter()
+    cpu, t0 = cpu_seconds(cp), time.perf_counter()
     backend.apply([], launches)
-    took = time.perf_counter() - t0
+    took, cpu = time.perf_counter() - t0, spent(cp, cpu)
     bound = backend.pods_created
     t1 = time.perf_counter()
     backend.apply([l.job_id for l in launches], [], 60)
     stop = time.perf_counter() - t1
     backend.close()
-    return {"pods": len(launches) * gang, "gangs": len(launches), "bound": bound, "all_bound_s": round(took, 2),
-            "pods_bound_per_s": round(bound / took, 1), "stop_all_s": round(stop, 2)}
+    return {"bind": bind, "pods": len(launches) * gang, "gangs": len(launches), "bound": bound, "all_bound_s": round(took, 2),
+            "pods_bound_per_s": round(bound / took, 1), "cpu_s": cpu, "stop_all_s": round(stop, 2)}
 
 
 def workload(jobs: int, cluster, load: float, traces: Path):
@@ -153,12 +175,14 @@ def main(argv: list[str] | None = None) -> int:
         mirror_nodes(cp, cluster, pool)
         out["nodes_ready_s"] = round(time.perf_counter() - t0, 1)
         print(f"{args.nodes} nodes Ready in {out['nodes_ready_s']} s", file=sys.stderr)
-        for ns in ("burst-ks", "burst-dl", "replay-ks", "replay-dl"):
+        for ns in ("burst-ks", "burst-dl", "burst-dl2", "replay-ks", "replay-dl"):
             cp.ensure_namespace(ns)
         out["burst_kube_scheduler"] = kube_scheduler_burst(cp, "burst-ks", pool, args.burst)
         print("kube-scheduler burst", out["burst_kube_scheduler"], file=sys.stderr)
         out["burst_dlsched"] = dlsched_burst(cp, "burst-dl", pool, args.burst, args.gang)
         print("dlsched burst", out["burst_dlsched"], file=sys.stderr)
+        out["burst_dlsched_bind_create"] = dlsched_burst(cp, "burst-dl2", pool, args.burst, args.gang, "create")
+        print("dlsched burst, bind=create", out["burst_dlsched_bind_create"], file=sys.stderr)
         if not args.skip_replay:
             specs, tp, offered = workload(args.jobs, cluster, args.load, args.traces)
             out["workload"] = {"jobs": len(specs), "offered_load": round(offered.load, 3),

@@ -160,6 +160,9 @@ def test_the_registry_knows_the_backend_and_checks_its_options():
     assert o.namespace == "x" and o.pool == "default" and o.leader_election
     with pytest.raises(ConfigError, match="nodeName"):
         backend_options("kubernetes", {"nodeName": "x"})
+    assert o.bind == "binding" and backend_options("kubernetes", {"bind": "create"}).bind == "create"
+    with pytest.raises(ConfigError, match="bind"):
+        backend_options("kubernetes", {"bind": "nodeName"})
 
 
 # ====================================================================== on the real API
@@ -323,6 +326,24 @@ def test_a_gang_whose_create_or_bind_fails_is_rolled_back_whole(make, k8s_client
     o = b.observe()["raced"]
     assert o.state == "failed" and "already assigned" in o.message and "all 4 pod(s) of attempt 0 deleted" in o.message
     assert api_pods(k8s_client, k8s_namespace, "raced") == []
+
+
+@on_k8s
+def test_bind_create_puts_each_pod_on_its_node_at_creation_without_a_binding(make, k8s_client, k8s_namespace,
+                                                                              tmp_path, monkeypatch):
+    b = make(bind="create")
+    names = b.cluster().node_names
+    binds = []
+    monkeypatch.setattr(b.api, "bind", lambda *a: binds.append(a) or "")
+    b.apply([], [launch(tmp_path, "direct", {1: (1, 0), 2: (2, 0)})])
+    pods = api_pods(k8s_client, k8s_namespace, "direct")
+    assert [(p.metadata.name, p.spec.nodeName) for p in pods] == [
+        ("direct-a0-worker0", names[1]), ("direct-a0-worker1", names[2]), ("direct-a0-worker2", names[2])]
+    assert binds == []  # one call a pod: placed by its create
+    o = wait_obs(b, "direct", lambda o: o.step > 0)
+    assert o.state == "running"
+    b.apply(["direct"], [])
+    assert b.observe()["direct"].state == "stopped" and api_pods(k8s_client, k8s_namespace, "direct") == []
 
 
 @on_k8s

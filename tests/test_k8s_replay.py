@@ -7,6 +7,7 @@ with the default scheduler name, which the session control plane's other tests d
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -58,10 +59,12 @@ def test_a_replay_on_the_real_api_and_the_real_kube_scheduler_matches_its_simula
     for rep in cmp.replays:  # a job ends when its work is done (duration-only: its duration), not at a round
         jobs = rep.result.jobs
         assert ((jobs.end - jobs.start) - jobs.iterations).abs().max() < 1.0, jobs[["job_id", "start", "end"]]
-    # dlsched's fifo, job by job: the same order, each within a few decision ticks (40 s of trace each)
+    # dlsched's fifo, job by job: rounds fall on the simulator's instants (arrivals and run ends), so
+    # every job starts and ends when it did in the simulation (to the replay's 1 ms), not a round later
     sim = next(s for s in cmp.simulated if s.policy == "fifo").jobs.set_index("job_id")
     live = cmp.replays[1].result.jobs.set_index("job_id")
-    assert (live.start - sim.start).abs().max() < 600, (live.start - sim.start)
+    assert (live.start - sim.start).abs().max() < 1.0, (live.start - sim.start)
+    assert (live.end - sim.end).abs().max() < 1.0, (live.end - sim.end)
 
 
 def test_replay_refuses_bad_input_before_starting_anything(tmp_path):
@@ -92,3 +95,21 @@ def test_dlsched_replay_writes_the_simulated_and_replayed_runs_in_one_report(tmp
     assert (jobs.groupby("policy").size() == 6).all()
     saved = json.loads((out / "replay.json").read_text())
     assert saved["replays"][0]["pods_created"] >= 6 and saved["gaps"] == gaps
+
+
+def test_the_stepped_clock_moves_to_the_next_event_within_a_step():
+    from dlsched.k8s.replay import SteppedClock, next_round
+
+    clock = SteppedClock(900.0, origin=0.0)
+    clock.advance(until=100.0)
+    assert clock() == 100.0  # an event before the step: the round falls on it
+    clock.advance(until=50.0)
+    assert clock() == 1000.0  # one already behind: a whole step
+    clock.advance(until=5000.0)
+    assert clock() == 1900.0  # one beyond the step: the step
+    began = time.monotonic()
+    assert next_round(clock, 0.9, began, time.time(), 10.0, [None, float("inf"), 1990.0, 3000.0]) == ""
+    assert clock() == 1990.0  # the earliest event still ahead; none, inf and later ones ignored
+    assert 0.08 <= time.monotonic() - began < 0.5  # a tenth of the step: a tenth of the tick (0.09 s)
+    assert "timeout" in next_round(clock, 0.0, 0.0, 0.0, 1.0)  # t_wall 0: long past its timeout
+    assert clock() == 1990.0  # and the clock did not move

@@ -38,10 +38,12 @@ def register_replay(app: typer.Typer) -> None:
         policies: str = typer.Option(DEFAULT_REPLAY, "--policies", "-p", help="Comma-separated policies to replay; "
                                      "'kube-scheduler' is the real kube-scheduler (its simulated twin is kube-default)."),
         speedup: float = typer.Option(600.0, "--speedup", help="Trace seconds per wall second (600: 1 h of trace "
-                                      "in 6 s): each round moves the trace clock by tick x speedup seconds, so higher "
-                                      "is faster but coarser. A round slower than --tick holds the trace clock: the "
-                                      "result never depends on this machine's speed, only the wall time does."),
-        tick: float = typer.Option(0.25, "--tick", help="Wall seconds between the controller's rounds."),
+                                      "in 6 s): each round moves the trace clock to the next arrival, job end or "
+                                      "policy timer, at most tick x speedup seconds on, so higher is faster. A round "
+                                      "slower than --tick holds the trace clock: the result never depends on this "
+                                      "machine's speed, only the wall time does."),
+        tick: float = typer.Option(0.25, "--tick", help="Wall seconds of the longest round (tick x speedup trace "
+                                   "seconds); a round that ends at an earlier event takes its share."),
         simulate: bool = typer.Option(True, "--simulate/--no-simulate", help="Also simulate each policy on the same "
                                       "nodes, for the side-by-side comparison."),
         timeout: float = typer.Option(3600.0, "--timeout", help="Wall seconds a replay may take; jobs not ended "
@@ -113,7 +115,8 @@ def _replay(trace, trace_format, cluster_name, policies, speedup, tick, simulate
         for note in prepared.sizing.notes():
             console.print(f"[bold]load[/]     {note}", highlight=False)
     say(f"{span / 3600:.1f} h of arrivals at {speedup:g}x: at least {span / speedup:.0f} s of wall time, then the "
-        f"queue drains, per policy; {tick * speedup:g} s of trace a round, a round every {tick:g} s wall at most")
+        f"queue drains, per policy; a round at each arrival, job end and policy timer, at most {tick * speedup:g} s "
+        f"of trace apart ({tick:g} s wall for that much, less for less)")
 
     with tempfile.TemporaryDirectory(prefix="dlsched-replay-") as tmp, Progress(
         TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(), TextColumn("jobs ended"),

@@ -144,8 +144,10 @@ def replay_kube_scheduler(specs: list[JobSpec], throughput: "ThroughputModel", c
             if done and waiting:  # kube-scheduler gives the freed room to the pods already waiting,
                 changed[0] = time.monotonic()  # as it would in the hour before this round's arrivals
                 settle()
-            # arrivals: every pod of the job at once, as tf-operator creates them
-            new: list[tuple[int, dict]] = []
+            # arrivals: every pod of a job at once, as tf-operator creates them, job after job (at
+            # once for all, kube-scheduler's queue would interleave the pods of jobs that arrived
+            # minutes apart in the trace, and bind some of each)
+            arrived = False
             while nxt < len(specs) and specs[nxt].submit_time <= now:
                 spec = specs[nxt]
                 js = JobState(spec=spec, index=nxt, clock=time_, rank=nxt)
@@ -154,13 +156,13 @@ def replay_kube_scheduler(specs: list[JobSpec], throughput: "ThroughputModel", c
                 else:
                     manifests = job_pods(spec, nxt, namespace, pool)
                     waiting[nxt] = _Job(js, manifests)
-                    new += [(nxt, m) for m in manifests]
+                    for _, err in api.map(api.create, manifests):
+                        if err:
+                            raise ConfigError(f"replay could not create a pod of job {spec.job_id}: {err}")
+                        created += 1
+                    arrived = True
                 nxt += 1
-            for (i, m), (_, err) in zip(new, api.map(api.create, [m for _, m in new])):
-                if err:
-                    raise ConfigError(f"replay could not create a pod of job {specs[i].job_id}: {err}")
-                created += 1
-            if new or (done and not waiting):  # kube-scheduler's turn: from our change until the pods are quiet
+            if arrived or (done and not waiting):  # kube-scheduler's turn: from our change until the pods are quiet
                 changed[0] = time.monotonic()
                 settle()
             with cond:
@@ -199,7 +201,9 @@ def replay_kube_scheduler(specs: list[JobSpec], throughput: "ThroughputModel", c
                 stop_reason = (f"deadlock: {len(waiting)} job(s) wait with some pods bound and nothing runs "
                                f"(kube-scheduler binds pod by pod, no gang)")
                 break
-            stop_reason = next_round(clock, tick, t0, t_wall, timeout)
+            stop_reason = next_round(clock, tick, t0, t_wall, timeout,  # at the next arrival or end
+                                     [specs[nxt].submit_time if nxt < len(specs) else None]
+                                     + [j.end_at for j in running.values()])
             if stop_reason:
                 break
         end = time_.now = clock()

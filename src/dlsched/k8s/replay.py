@@ -14,14 +14,17 @@ Each run's pods complete when the job's throughput model says it would: the back
 gives each run the model's rate on its allocation (`rate=`) and the run ends at
 that trace instant (the backend judges a run done when its made-up step reaches the job's steps,
 and `forget` deletes its pods). The controller runs on trace time (a `SteppedClock`: still during a
-round, `tick * speedup` trace seconds between rounds), so the policies' intervals, deadlines and
-overheads are the simulator's, and the API's latency never stretches a job. A replay
+round; between rounds it moves to the next arrival, run end or policy timer, at most `tick *
+speedup` trace seconds), so the policies decide at the simulator's instants, their intervals,
+deadlines and overheads are the simulator's, and the API's latency never stretches a job. A replay
 gives a `SimResult`, so one jobs.csv / summary / report serves simulated and replayed runs.
 
-What a replay cannot match exactly, and why: decisions happen once a round, up to `tick * speedup`
-trace seconds after an arrival or a completion, where the simulator decides at the instant; and
-kube-scheduler's choices (its scoring, its random tie-breaks, its timing within a round) are its
-own. The report says the trace time per round, so the size of the first is on the page.
+What a replay cannot match exactly, and why: jobs that arrive or end at the same trace instant
+share a round, as in the simulator, but the API carries out a round's decisions in wall time, so
+a pod created in it may be seen a round later; and kube-scheduler's choices (its scoring, its
+random tie-breaks, its queue's timing) are its own. Rounds once paced every `tick * speedup` trace
+seconds decided up to that long after an arrival or a completion: the replayed deadlines met
+fell 7–12 points below the simulation's at 900 s a round (BENCHMARKS.md, issue 28).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 
@@ -69,8 +72,10 @@ class SteppedClock:
     def __call__(self) -> float:
         return self.t
 
-    def advance(self) -> None:
-        self.t += self.step
+    def advance(self, until: float | None = None) -> None:
+        """Move on `step` trace seconds, or only to `until` when that comes first (the next
+        arrival, completion or policy timer: what the simulator would decide at)."""
+        self.t = min(self.t + self.step, until) if until is not None and until > self.t else self.t + self.step
 
 
 @dataclass
@@ -165,14 +170,20 @@ def stand_in(spec: JobSpec) -> "TrainJob":
                           f"{first['msg']}") from None
 
 
-def next_round(clock: SteppedClock, tick: float, round_began: float, t_wall: float, timeout: float) -> str:
-    """Pace a replay: wait out the round's `tick` (monotonic `round_began`), then move the trace
-    clock on. Returns why the replay must stop instead ("" to go on): `timeout` wall seconds since
-    `t_wall` (time.time) have passed."""
+def next_round(clock: SteppedClock, tick: float, round_began: float, t_wall: float, timeout: float,
+               events: Iterable[float | None] = ()) -> str:
+    """Pace a replay and move its trace clock on: to the earliest of `events` still ahead (an
+    arrival, a run's end, a policy timer) if it comes within the clock's step, else by the step.
+    The round takes its share of `tick` wall seconds (a whole step, all of it; a 60 s policy timer
+    in a 900 s step, a fifteenth), counted from `round_began` (monotonic), so `step / tick` stays
+    the speedup however many events fall in between. Returns why the replay must stop instead (""
+    to go on): `timeout` wall seconds since `t_wall` (time.time) have passed."""
     if time.time() - t_wall > timeout:
         return f"the replay stopped after its timeout ({timeout:g} s wall)"
-    time.sleep(max(0.0, tick - (time.monotonic() - round_began)))
-    clock.advance()
+    now = clock()
+    clock.advance(min((t for t in events if t is not None and now < t < math.inf), default=None))
+    share = (clock() - now) / clock.step
+    time.sleep(max(0.0, tick * share - (time.monotonic() - round_began)))
     return ""
 
 
@@ -215,8 +226,9 @@ def replay_policy(specs: list[JobSpec], policy: "Policy", throughput: "Throughpu
                   tick: float = 0.25, timeout: float = 3600.0,
                   on_progress: Callable[[int, int], None] | None = None) -> Replay:
     """`specs` through the live controller and the Kubernetes backend on a `SteppedClock`: the
-    controller's time is trace time (jobs arrive at their own `submit_time`), `tick * speedup`
-    trace seconds a round, one round every `tick` wall seconds at most. Stops when every job has
+    controller's time is trace time (jobs arrive at their own `submit_time`), a round at each
+    arrival, run end and policy timer, at most `tick * speedup` trace seconds apart, paced at
+    `speedup` (`next_round`). Stops when every job has
     ended, or after `timeout` wall seconds (the rest UNFINISHED)."""
     from dlsched.live.backends.kubernetes import KubernetesBackend
     from dlsched.live.controller import Controller
@@ -275,7 +287,10 @@ def replay_policy(specs: list[JobSpec], policy: "Policy", throughput: "Throughpu
             if nxt == len(specs) and len(ended) == len(specs):
                 stop_reason = ""
                 break
-            stop_reason = next_round(clock, tick, t0, t_wall, timeout)
+            # the next round at the next arrival, run end or policy timer, as the simulator decides
+            stop_reason = next_round(clock, tick, t0, t_wall, timeout,
+                                     (specs[nxt].submit_time if nxt < len(specs) else None, backend.next_sim_end(),
+                                      ctl.triggers.next_time()))
             if stop_reason:
                 break
         end = ctl.now()
@@ -299,8 +314,9 @@ def describe(replays: list[Replay]) -> list[str]:
     out = []
     for r in replays:
         f = r.figures()
-        out.append(f"{r.result.policy}: replayed on a real kube-apiserver with kwok nodes, {r.tick * r.speedup:g} s "
-                   f"of trace a round, a round every {r.tick:g} s wall at most ({r.speedup:g}x), {r.wall_seconds:.0f} s "
+        out.append(f"{r.result.policy}: replayed on a real kube-apiserver with kwok nodes, a round at each arrival, "
+                   f"job end and policy timer, at most {r.tick * r.speedup:g} s of trace apart, paced at "
+                   f"{r.speedup:g}x, {r.wall_seconds:.0f} s "
                    f"wall, {r.pods_created} pods created; decision p99 {f['decision_p99_ms']} ms, decision to "
                    f"bound p99 {f['decision_to_bound_p99_ms']} ms" + (f"; {'; '.join(r.notes)}" if r.notes else ""))
     return out

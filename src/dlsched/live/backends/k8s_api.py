@@ -68,6 +68,9 @@ class KubeApi:
                  timeout: float = 15.0):
         self.config, self.namespace, self.trust_env, self.timeout = config, namespace, trust_env, timeout
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dlsched-k8s-api")
+        # one thread per gang being started: they only wait on `_pool`'s calls (which never wait
+        # on anything), so a gang's binds overlap other gangs' creates without a deadlock
+        self._gangs = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dlsched-k8s-gang")
         self.client = self.make_client()
         # pod name -> (uid, grace): deletes the API server did not take (unreachable, restarting, 5xx),
         # for `retry_deletes`; without it a pod whose delete failed ran on until its job was launched
@@ -101,8 +104,14 @@ class KubeApi:
         """`fn` over `items` on the API threads (one decision's calls at once), in order."""
         return list(self._pool.map(fn, items))
 
+    def per_gang(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+        """`fn` over `items` on the gang threads, in order: each call may itself `map` (a gang's
+        creates, then its binds), so one gang's binds need not wait for every gang's creates."""
+        return list(self._gangs.map(fn, items))
+
     def close(self) -> None:
         self._pool.shutdown(wait=False)
+        self._gangs.shutdown(wait=False)
         try:
             self.client.close()
         except Exception:  # noqa: BLE001 - closing is best effort

@@ -77,6 +77,10 @@ class KubernetesOptions(_Options):
                                         "(default: wait forever)")
     count_foreign: bool = Field(True, description="watch every bound pod of the cluster, so capacity other pods use "
                                 "is not offered (needs cluster-wide pods list/watch)")
+    bind: Literal["binding", "create"] = Field("binding", description="binding: pods are created unbound, then bound "
+                                               "through pods/binding (a pod binds once; shared clusters); create: "
+                                               "spec.nodeName set at creation, one API call a pod instead of two "
+                                               "(nodes only dlsched places pods on)")
 
 
 def _dry(o: DryOptions) -> Backend:
@@ -119,7 +123,7 @@ def _kubernetes(o: KubernetesOptions) -> Backend:
     return KubernetesBackend(kubeconfig=o.kubeconfig, context=o.context, namespace=o.namespace, pool=o.pool,
                              mode=o.mode, template=tpl, rate_per_worker=o.rate_per_worker, startup=o.startup,
                              scaling=o.scaling, leader_election=o.leader_election, lease_name=o.lease_name,
-                             leader_wait_s=o.leader_wait_s, count_foreign=o.count_foreign)
+                             leader_wait_s=o.leader_wait_s, count_foreign=o.count_foreign, bind=o.bind)
 
 
 @dataclass(frozen=True)
