@@ -536,8 +536,8 @@ class KubernetesBackend(Backend):
         """Start every launch at once, each gang created then bound on its own (`_create_and_bind`);
         a launch with any failure is rolled back alone (its pods deleted with grace 0) and reported
         failed. Gangs overlap: with one barrier for all (every create, then every bind) the first
-        gang waited for the last gang's creates, and 2,000 pods bound at 0.85x kube-scheduler's
-        rate on one API server (BENCHMARKS.md, issue 28)."""
+        gang waited for the last gang's creates (on a busy API server the total barely moved: the
+        server is the bottleneck; `bind="create"` halves the calls, BENCHMARKS.md issue 28)."""
         now, t0 = self.clock(), time.perf_counter()
         self._wait_left()
         planned: list[tuple[KRun, kp.RunManifest]] = []
