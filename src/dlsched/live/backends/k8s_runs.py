@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +78,12 @@ class KRun:
 
     def made_up_step(self, at: float, startup: float) -> int:
         return made_up_step(self.base, at - self.started, startup, self.rate, self.launch.job.steps)
+
+    def sim_end(self, startup: float) -> float:
+        """Sim: the instant its made-up step reaches the job's steps (inf at no progress)."""
+        if self.rate <= 0:
+            return math.inf
+        return self.started + made_up_finish(self.base, startup, self.rate, self.launch.job.steps)
 
 
 def read_sim_checkpoint(job_dir: Path) -> int:
@@ -158,5 +165,5 @@ def _done(run: KRun, startup: float) -> dict:
     is when it finished, not when a round noticed."""
     out: dict = {"steps": run.launch.job.steps}
     if run.rate > 0:
-        out["time"] = run.started + made_up_finish(run.base, startup, run.rate, run.launch.job.steps)
+        out["time"] = run.sim_end(startup)
     return out

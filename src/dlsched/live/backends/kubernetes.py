@@ -58,7 +58,6 @@ themselves, like every backend); watch threads only update caches under `self._c
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections import defaultdict
@@ -73,7 +72,7 @@ from dlsched.core.errors import ConfigError
 from dlsched.core.events import NodeEvent
 from dlsched.live.backends import k8s_pods as kp
 from dlsched.live.backends.base import STOP_TIMEOUT_S, Backend, Launch, Observation, RunState
-from dlsched.live.backends.dry import made_up_finish, made_up_rate
+from dlsched.live.backends.dry import made_up_rate
 from dlsched.live.backends.k8s_api import KubeApi, bound_running_fields, load_config
 from dlsched.live.backends.k8s_lease import LEASE_NAME, LeaderLease
 from dlsched.live.backends.k8s_runs import KRun, observe_run, read_sim_checkpoint, verdict, write_sim_checkpoint
@@ -626,8 +625,7 @@ class KubernetesBackend(Backend):
             base = self._checkpoints.get(launch.job_id)
             run.base = read_sim_checkpoint(Path(launch.job_dir)) if base is None else base
             run.rate = self._rate(launch)
-            end = now + made_up_finish(run.base, self._pause(launch.attempt), run.rate, launch.job.steps) \
-                if run.rate > 0 else math.inf  # an allocation where the job makes no progress never ends
+            end = run.sim_end(self._pause(launch.attempt))  # inf: an allocation where it makes no progress
             sim = {kp.A_SIM_START: f"{now:.6f}", kp.A_SIM_BASE: str(run.base), kp.A_SIM_RATE: repr(run.rate)}
             if self._kwok_completes and run.rate > 0:  # kwok completes the pods at that wall-clock instant
                 sim[kp.A_SIM_END] = kp.rfc3339(end)
@@ -749,8 +747,8 @@ class KubernetesBackend(Backend):
         if self.mode != "sim":
             return None
         with self._cond:
-            ends = [run.started + made_up_finish(run.base, self._pause(run.attempt), run.rate, run.launch.job.steps)
-                    for run in self._runs.values() if run.state == "running" and run.pods and run.rate > 0]
+            ends = [run.sim_end(self._pause(run.attempt)) for run in self._runs.values()
+                    if run.state == "running" and run.pods and run.rate > 0]
         return min(ends) + 1e-3 if ends else None
 
     def _reached_sim_end(self, run: KRun) -> bool:
