@@ -45,6 +45,8 @@ DEADLOCK_WALL_S = 10.0
 #: pods have not changed for QUIET_S wall seconds (at most SETTLE_S), as its binding takes
 #: milliseconds on a real cluster — a round's trace time must not depend on this machine's speed.
 QUIET_S, SETTLE_S = 0.25, 3.0
+#: Wall seconds past a pod's backoff before the round frees room (see `backoff_wait`).
+BACKOFF_MARGIN_S = 0.1
 
 
 def job_pods(spec: JobSpec, index: int, namespace: str, pool: str, slot: str = "nvidia.com/gpu",
@@ -73,6 +75,24 @@ def job_pods(spec: JobSpec, index: int, namespace: str, pool: str, slot: str = "
     return pods
 
 
+def backoff_wait(tried_at: float, backoff_s: float) -> None:
+    """Sleep until `backoff_s` wall seconds (and a margin) have passed since `tried_at`, when
+    kube-scheduler last tried the waiting pods.
+
+    Why: kube-scheduler backs a failed pod off in wall seconds, and room freed while a pod is in
+    its backoff moves it to the backoff queue, which is popped only when no other pod is active;
+    a pod that never failed goes to the active queue at once. A replay at 3,600x compresses an hour
+    of trace into a second, so without this wait the room freed in the round after a failure went
+    to whichever pods had failed longer ago (or to the round's arrivals), not to the oldest waiting
+    pods — what kube-scheduler would never do in real time, where its events are minutes apart and
+    a 1 s backoff has always ended. The wait costs wall time only; the trace clock is stepped.
+    """
+    if backoff_s > 0:
+        left = tried_at + backoff_s + BACKOFF_MARGIN_S - time.monotonic()
+        if left > 0:
+            time.sleep(left)
+
+
 class _Job:
     __slots__ = ("js", "pods", "role_of", "end_at")
 
@@ -85,9 +105,14 @@ class _Job:
 
 def replay_kube_scheduler(specs: list[JobSpec], throughput: "ThroughputModel", cfg: SimConfig, *,
                           kubeconfig: str | Path, namespace: str, pool: str, speedup: float, tick: float = 0.25,
-                          timeout: float = 3600.0, on_progress: Callable[[int, int], None] | None = None) -> Replay:
+                          timeout: float = 3600.0, backoff_s: float = 0.0,
+                          on_progress: Callable[[int, int], None] | None = None) -> Replay:
     """`specs` on the real kube-scheduler (see the module docstring). The control plane must run
-    kube-scheduler (`ControlPlane(with_scheduler=True)`) and have the pool's nodes."""
+    kube-scheduler (`ControlPlane(with_scheduler=True)`) and have the pool's nodes.
+
+    `backoff_s` is kube-scheduler's pod backoff (`ControlPlane.scheduler_backoff_s`): a round that
+    frees room first waits until the pods that failed in an earlier round are out of their backoff
+    (see `backoff_wait`)."""
     from lightkube.resources.core_v1 import Pod
 
     from dlsched.live.backends.k8s_api import KubeApi, load_config
@@ -125,6 +150,7 @@ def replay_kube_scheduler(specs: list[JobSpec], throughput: "ThroughputModel", c
     running: dict[int, _Job] = {}
     ended: list[JobState] = []
     created = 0
+    tried_at = 0.0  # when kube-scheduler last had its say (monotonic): its failed pods' backoff began
     t_wall, last_bind_wall, bound_before = time.time(), time.time(), 0
     stop_reason = ""
     try:
@@ -140,10 +166,13 @@ def replay_kube_scheduler(specs: list[JobSpec], throughput: "ThroughputModel", c
             for j in finished:
                 state.end(j.js, j.end_at, JobStatus.DONE)  # when its work was done, as dlsched's runs
                 ended.append(j.js)
+            if finished and waiting:
+                backoff_wait(tried_at, backoff_s)
             api.delete_pods([(n, "") for j in finished for n in j.pods], 0)
             if done and waiting:  # kube-scheduler gives the freed room to the pods already waiting,
                 changed[0] = time.monotonic()  # as it would in the hour before this round's arrivals
                 settle()
+                tried_at = time.monotonic()
             # arrivals: every pod of a job at once, as tf-operator creates them, job after job (at
             # once for all, kube-scheduler's queue would interleave the pods of jobs that arrived
             # minutes apart in the trace, and bind some of each)
@@ -165,6 +194,7 @@ def replay_kube_scheduler(specs: list[JobSpec], throughput: "ThroughputModel", c
             if arrived or (done and not waiting):  # kube-scheduler's turn: from our change until the pods are quiet
                 changed[0] = time.monotonic()
                 settle()
+                tried_at = time.monotonic()
             with cond:
                 seen = {name: (p.node, p.phase) for name, p in pods.items.items()}
             bound_now = 0
