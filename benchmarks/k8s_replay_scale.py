@@ -8,7 +8,9 @@ Starts one control plane (etcd, kube-apiserver, kwok, kube-scheduler; all on 127
    each burst also reports the CPU seconds each process spent until all were bound;
 2. burst, dlsched: the same number of pods as gangs of `--gang` one-GPU workers, one node each
    pod, handed to `KubernetesBackend.apply` in one decision: pods created and bound per second;
-   then again with the backend's `bind="create"` (each pod's node set at creation);
+   with the backend's default 16 API threads, again with 32 (the count of the client that creates
+   kube-scheduler's pods), then with the backend's `bind="create"` (each pod's node set at
+   creation; 16 threads);
 3. replay, kube-scheduler, then dlsched's `--policy`: `--jobs` jobs of an ITP trace (rigid,
    measured curves) whose arrivals are compressed so the offered load on this cluster is
    `--load`, each replayed at `--speedup`; reports decision p50/p99 (policy call),
@@ -31,6 +33,11 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+
+
+#: Client threads of the Python side that creates kube-scheduler's pods; dlsched's backend is run
+#: once more at this count beside its default 16, for a burst at the same client concurrency.
+CLIENT_THREADS = 32
 
 
 def rss_mib() -> float:
@@ -67,7 +74,7 @@ def kube_scheduler_burst(cp, namespace: str, pool: str, n: int) -> dict:
     from dlsched.live.backends.k8s_watch import Reflector, pod_info, warm_decoders
 
     warm_decoders()
-    api = KubeApi(load_config(cp.kubeconfig(), None), namespace, workers=32)
+    api = KubeApi(load_config(cp.kubeconfig(), None), namespace, workers=CLIENT_THREADS)
     cond = threading.Condition(threading.RLock())
     watch = Reflector("burst", api.watch_client, Pod, cond=cond, namespace=namespace,
                       key=lambda o: o.metadata.name, transform=pod_info).start()
@@ -90,10 +97,11 @@ def kube_scheduler_burst(cp, namespace: str, pool: str, n: int) -> dict:
             "all_bound_s": round(took, 2), "pods_bound_per_s": round(bound / took, 1), "cpu_s": cpu}
 
 
-def dlsched_burst(cp, namespace: str, pool: str, n: int, gang: int, bind: str = "binding") -> dict:
+def dlsched_burst(cp, namespace: str, pool: str, n: int, gang: int, bind: str = "binding",
+                  api_workers: int = 16) -> dict:
     """`n` pods as gangs of `gang` one-GPU workers (one pod per node) in one `apply`, placed by
     `bind` (the backend's option: "binding" creates then binds each pod, "create" sets its node
-    at creation)."""
+    at creation), with `api_workers` API threads (the backend's default is 16)."""
     from dlsched.core.allocation import Allocation
     from dlsched.live.backends.base import Launch
     from dlsched.live.backends.kubernetes import KubernetesBackend
@@ -101,7 +109,7 @@ def dlsched_burst(cp, namespace: str, pool: str, n: int, gang: int, bind: str = 
 
     work = Path(tempfile.mkdtemp(prefix="dlsched-burst-"))
     backend = KubernetesBackend(kubeconfig=cp.kubeconfig(), namespace=namespace, pool=pool, mode="sim",
-                                leader_election=False, rate_per_worker=1e-3, bind=bind)
+                                leader_election=False, rate_per_worker=1e-3, bind=bind, api_workers=api_workers)
     nodes = backend.cluster().num_nodes
     job = TrainJob(model="mlp", steps=10**6, workers=gang, cpus_per_worker=1, mem_gb_per_worker=1)
     launches, k = [], 0
@@ -175,12 +183,15 @@ def main(argv: list[str] | None = None) -> int:
         mirror_nodes(cp, cluster, pool)
         out["nodes_ready_s"] = round(time.perf_counter() - t0, 1)
         print(f"{args.nodes} nodes Ready in {out['nodes_ready_s']} s", file=sys.stderr)
-        for ns in ("burst-ks", "burst-dl", "burst-dl2", "replay-ks", "replay-dl"):
+        for ns in ("burst-ks", "burst-dl", "burst-dl32", "burst-dl2", "replay-ks", "replay-dl"):
             cp.ensure_namespace(ns)
         out["burst_kube_scheduler"] = kube_scheduler_burst(cp, "burst-ks", pool, args.burst)
         print("kube-scheduler burst", out["burst_kube_scheduler"], file=sys.stderr)
         out["burst_dlsched"] = dlsched_burst(cp, "burst-dl", pool, args.burst, args.gang)
         print("dlsched burst", out["burst_dlsched"], file=sys.stderr)
+        out["burst_dlsched_32_threads"] = dlsched_burst(cp, "burst-dl32", pool, args.burst, args.gang,
+                                                        api_workers=CLIENT_THREADS)
+        print("dlsched burst, 32 API threads", out["burst_dlsched_32_threads"], file=sys.stderr)
         out["burst_dlsched_bind_create"] = dlsched_burst(cp, "burst-dl2", pool, args.burst, args.gang, "create")
         print("dlsched burst, bind=create", out["burst_dlsched_bind_create"], file=sys.stderr)
         if not args.skip_replay:

@@ -260,6 +260,10 @@ def test_stop_leaves_no_process(control_plane, tmp_path):
         sched = psutil.Process(pids["kube-scheduler"]).net_connections(kind="inet")
         assert [c.laddr.ip for c in sched if c.status == psutil.CONN_LISTEN] == ["127.0.0.1"]
         assert {p["name"]: p["pid"] for p in read_state(cp.dir)["processes"]} == pids
+        # its queue lengths are readable (what a replay waits on), all empty with no pod yet
+        queue = cp.scheduler_queue()
+        assert {"active", "backoff", "unschedulable"} <= set(queue) and not any(queue.values()), queue
+        assert control_plane.scheduler_queue() == {}  # the session's control plane runs no kube-scheduler
     finally:
         outcome = cp.stop()
     assert outcome == {"kwok": "stopped", "kube-scheduler": "stopped", "kube-apiserver": "stopped", "etcd": "stopped"}

@@ -113,3 +113,14 @@ def test_the_stepped_clock_moves_to_the_next_event_within_a_step():
     assert 0.08 <= time.monotonic() - began < 0.5  # a tenth of the step: a tenth of the tick (0.09 s)
     assert "timeout" in next_round(clock, 0.0, 0.0, 0.0, 1.0)  # t_wall 0: long past its timeout
     assert clock() == 1990.0  # and the clock did not move
+
+
+def test_a_round_waits_for_kube_schedulers_pass_over_its_queue_and_gives_up_without_it():
+    from dlsched.k8s.default_scheduler import pass_over
+
+    lengths = iter([{"active": 300.0, "backoff": 0.0}, {"active": 0.0, "backoff": 2.0},
+                    {"active": 0.0, "backoff": 0.0, "unschedulable": 302.0}])
+    seen = []
+    assert pass_over(lambda: seen.append(1) or next(lengths), limit_s=10) is True
+    assert len(seen) == 3  # it polled until both queues were empty, not just the active one
+    assert pass_over(dict, limit_s=10) is False  # metrics not readable: no wait at all

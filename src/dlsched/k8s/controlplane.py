@@ -361,6 +361,28 @@ class ControlPlane:
         """The admin kubeconfig (group system:masters)."""
         return self.kubeconfig_for(ADMIN_USER)
 
+    def scheduler_queue(self) -> dict[str, float]:
+        """kube-scheduler's pending pods by queue ("active", "backoff", "unschedulable", "gated"),
+        from its `scheduler_pending_pods` metric; empty when it is not running or did not answer.
+        A replay waits on it: with "active" and "backoff" at 0, every waiting pod has been tried
+        since the last change (`k8s/default_scheduler.py`)."""
+        port = self.ports.get("scheduler")
+        if not port:
+            return {}
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE  # its serving certificate is self-signed in memory
+        status, body = _get(f"https://127.0.0.1:{port}/metrics", ctx=insecure, token=self._tokens[ADMIN_USER])
+        if status != 200:
+            return {}
+        out: dict[str, float] = {}
+        for line in body.splitlines():
+            if line.startswith("scheduler_pending_pods{"):
+                labels, _, value = line.rpartition(" ")
+                queue = labels.split('queue="', 1)[1].split('"', 1)[0]
+                out[queue] = float(value)
+        return out
+
     def kubeconfig_for(self, user: str) -> Path:
         """The kubeconfig of a token user: ADMIN_USER, RESTRICTED_USER or one of `users`."""
         if user not in self._tokens:

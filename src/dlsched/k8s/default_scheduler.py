@@ -47,6 +47,8 @@ DEADLOCK_WALL_S = 10.0
 QUIET_S, SETTLE_S = 0.25, 3.0
 #: Wall seconds past a pod's backoff before the round frees room (see `backoff_wait`).
 BACKOFF_MARGIN_S = 0.1
+#: Wall seconds a round waits at most for kube-scheduler's pass over its waiting pods (`pass_over`).
+PASS_S = 60.0
 
 
 def job_pods(spec: JobSpec, index: int, namespace: str, pool: str, slot: str = "nvidia.com/gpu",
@@ -93,6 +95,31 @@ def backoff_wait(tried_at: float, backoff_s: float) -> None:
             time.sleep(left)
 
 
+def pass_over(queue: Callable[[], dict[str, float]], limit_s: float = PASS_S) -> bool:
+    """Wait until kube-scheduler's active and backoff queues are empty (every waiting pod tried
+    since the last change and parked as unschedulable), at most `limit_s`; False when its queue
+    cannot be read.
+
+    Why: a room-freeing event sends every waiting pod back to kube-scheduler's active queue, which
+    it orders by each pod's last attempt. If the next event comes before it has tried them all,
+    the pods it has not reached keep their older stamp and move ahead of the ones it just tried:
+    the queue rotates and the next freed GPU goes to a pod far back in creation order
+    (`benchmarks/k8s_queue_rotation.py`: 800 waiting pods and deletes 1.1 s apart on this machine
+    gave the 8 freed GPUs to pods ranked 0 and 494-500; 5 s apart, to 0-7). At 3,600x two rounds
+    are an hour of trace apart, which in real time gives kube-scheduler its whole pass; the
+    replay's rounds are a second apart, so each waits for the pass. (The events of one round, a
+    job's pods ending together, stay as close together as they are in real time.)
+    """
+    t_end = time.monotonic() + limit_s
+    while True:
+        q = queue()
+        if not q:
+            return False
+        if q.get("active", 0) + q.get("backoff", 0) == 0 or time.monotonic() >= t_end:
+            return True
+        time.sleep(0.1)
+
+
 class _Job:
     __slots__ = ("js", "pods", "role_of", "end_at")
 
@@ -106,13 +133,16 @@ class _Job:
 def replay_kube_scheduler(specs: list[JobSpec], throughput: "ThroughputModel", cfg: SimConfig, *,
                           kubeconfig: str | Path, namespace: str, pool: str, speedup: float, tick: float = 0.25,
                           timeout: float = 3600.0, backoff_s: float = 0.0,
+                          queue: Callable[[], dict[str, float]] | None = None,
                           on_progress: Callable[[int, int], None] | None = None) -> Replay:
     """`specs` on the real kube-scheduler (see the module docstring). The control plane must run
     kube-scheduler (`ControlPlane(with_scheduler=True)`) and have the pool's nodes.
 
     `backoff_s` is kube-scheduler's pod backoff (`ControlPlane.scheduler_backoff_s`): a round that
     frees room first waits until the pods that failed in an earlier round are out of their backoff
-    (see `backoff_wait`)."""
+    (see `backoff_wait`). `queue` reads kube-scheduler's queue lengths
+    (`ControlPlane.scheduler_queue`): with it, a round ends only once kube-scheduler has tried every
+    waiting pod (see `pass_over`)."""
     from lightkube.resources.core_v1 import Pod
 
     from dlsched.live.backends.k8s_api import KubeApi, load_config
@@ -135,15 +165,22 @@ def replay_kube_scheduler(specs: list[JobSpec], throughput: "ThroughputModel", c
                      key=lambda o: o.metadata.name, transform=pod_info,
                      on_change=lambda *_: changed.__setitem__(0, time.monotonic())).start()
 
-    def settle() -> None:
-        """Wait until kube-scheduler has placed what it can (see QUIET_S)."""
+    def quiet() -> None:
+        """Wait until the pods have not changed for QUIET_S (at most SETTLE_S)."""
         t_end = time.monotonic() + SETTLE_S
         while time.monotonic() < t_end:
             with cond:
-                quiet = time.monotonic() - changed[0]
-            if quiet >= QUIET_S:
+                still = time.monotonic() - changed[0]
+            if still >= QUIET_S:
                 return
-            time.sleep(QUIET_S - quiet)
+            time.sleep(QUIET_S - still)
+
+    def settle() -> None:
+        """Wait until kube-scheduler has placed what it can: the pods are quiet and, with `queue`,
+        its pass over the waiting pods is over (see `pass_over`)."""
+        quiet()
+        if queue is not None and pass_over(queue):
+            quiet()  # the bindings of its last attempts
 
     timeline = Timeline()
     waiting: dict[int, _Job] = {}

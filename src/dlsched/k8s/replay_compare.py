@@ -122,7 +122,7 @@ def run_replays(specs: list[JobSpec], cluster: "Cluster", names: list[str], thro
                           tick=tick, timeout=timeout, on_progress=cb)
             if n == KUBE_SCHEDULER:
                 out.replays.append(replay_kube_scheduler(specs, throughput, cfg, backoff_s=SCHEDULER_BACKOFF_S,
-                                                         **common))
+                                                         queue=cp.scheduler_queue, **common))
             else:
                 out.replays.append(replay_policy(specs, policies[n], throughput, cfg, work_dir=work_dir / _ns(k, n),
                                                  **common))

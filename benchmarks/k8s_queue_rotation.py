@@ -1,0 +1,113 @@
+"""With a long queue, which waiting pods does the real kube-scheduler give freed GPUs to?
+
+The second mechanism check behind the gap between the real kube-scheduler and dlsched's FIFO
+`kube-default` (the first: benchmarks/k8s_queue_order.py). kube-scheduler orders its active queue
+by each pod's last attempt, and a room-freeing event sends every waiting pod back to it. If the
+next event comes before it has tried every waiting pod since the last one, the pods it has not
+reached keep their older stamp and move ahead of the ones it just tried: the queue rotates, and
+freed room goes to pods far back in creation order. Whether that happens depends on the queue's
+length times the cost of one attempt against the time between events, so this script sets both:
+
+- `--nodes` kwok nodes of 8 GPUs are filled by 8-pod jobs (one a node);
+- `--queue` one-pod jobs are created one after another (all wait: no room);
+- one running job's 8 pods are deleted one at a time, `--gap` seconds apart (each gap in turn);
+- reported: the creation ranks (0 = oldest) of the waiting pods that got the 8 GPUs. A FIFO gives
+  0..7 every time.
+
+    python benchmarks/k8s_queue_rotation.py --queue 400 --gaps 1.1,5 --trials 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--queue", type=int, default=400, help="waiting one-pod jobs (default 400)")
+    ap.add_argument("--gaps", default="1.1,5", help="seconds between two deletes, comma-separated (default 1.1,5)")
+    ap.add_argument("--trials", type=int, default=2)
+    ap.add_argument("--bin-dir", type=Path, default=None)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    gaps = [float(g) for g in args.gaps.split(",")]
+
+    from lightkube.resources.core_v1 import Pod
+
+    from dlsched.core.job import JobSpec
+    from dlsched.k8s.controlplane import ControlPlane
+    from dlsched.k8s.default_scheduler import job_pods
+    from dlsched.live.backends.k8s_api import KubeApi, load_config
+    from dlsched.live.backends.k8s_watch import Reflector, pod_info, warm_decoders
+
+    pool, ns = "qrot", "qrot"
+    gang, single = (JobSpec(job_id="j", submit_time=0, iterations=1, num_workers=w) for w in (8, 1))
+    out: dict = {"queue": args.queue, "nodes": args.nodes, "runs": []}
+    with ControlPlane(workdir=Path(tempfile.mkdtemp(prefix="dlsched-qrot-")), bin_dir=args.bin_dir,
+                      with_scheduler=True, scheduler_backoff_s=1) as cp:
+        cp.add_nodes(args.nodes, gpus_per_node=8, pool=pool, cpus=64, mem="512Gi", prefix=f"{pool}-")
+        cp.ensure_namespace(ns)
+        warm_decoders()
+        api = KubeApi(load_config(cp.kubeconfig(), None), ns, workers=16)
+        cond = threading.Condition(threading.RLock())
+        watch = Reflector("qrot", api.watch_client, Pod, cond=cond, namespace=ns,
+                          key=lambda o: o.metadata.name, transform=pod_info).start()
+        watch.synced.wait(30)
+
+        def pods_of(spec: JobSpec, name: str) -> list[dict]:
+            ms = job_pods(spec, 0, ns, pool)
+            for m in ms:
+                m["metadata"]["name"] = m["metadata"]["name"].replace("rj0", name)
+            return ms
+
+        def bound_names(prefix: str) -> list[str]:
+            with cond:
+                return [n for n, p in watch.items.items() if n.startswith(prefix) and p.node]
+
+        k = 0
+        for trial in range(args.trials):
+            for gap in gaps:
+                k += 1
+                running = [pods_of(gang, f"r{k}n{i}") for i in range(args.nodes)]
+                for ms in running:
+                    api.map(api.create, ms)
+                with cond:
+                    cond.wait_for(lambda: len(bound_names(f"r{k}n")) == 8 * args.nodes, timeout=120)
+                waiting = [pods_of(single, f"w{k}q{i:04d}")[0] for i in range(args.queue)]
+                for m in waiting:  # one after another: kube-scheduler's queue holds them in creation order
+                    api.create(m)
+                time.sleep(5.0)  # every waiting pod tried and failed once, its backoff over
+                for m in running[0]:
+                    api.delete_pods([(m["metadata"]["name"], "")], 0)
+                    time.sleep(gap)
+                t_end = time.monotonic() + 30
+                while time.monotonic() < t_end and len(bound_names(f"w{k}q")) < 8:
+                    time.sleep(0.1)
+                time.sleep(1.0)
+                ranks = sorted(int(n.split("q")[1][:4]) for n in bound_names(f"w{k}q"))
+                out["runs"].append({"trial": trial, "gap_s": gap, "ranks_bound": ranks,
+                                    "all_to_oldest_8": ranks == list(range(8))})
+                print(out["runs"][-1], file=sys.stderr)
+                api.delete_pods([(m["metadata"]["name"], "") for ms in running[1:] for m in ms]
+                                + [(m["metadata"]["name"], "") for m in waiting], 0)
+                with cond:
+                    cond.wait_for(lambda: not watch.items, timeout=120)
+        watch.stop()
+        api.close()
+    text = json.dumps(out, indent=1)
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
