@@ -27,7 +27,7 @@ so when the pods of a job that ends leave together, the pods it tried and failed
 one left sit in backoff while the room the others free goes to pods further back (newer jobs'):
 a race between API events and its queue, from 2 to 8 of 8 freed GPUs to the oldest job in
 identical trials. This imitation is the deterministic limit of that, room freed one pod at a time,
-where kube-scheduler too is FIFO; on a 500-job ITP slice the real one's mean JCT is 24-40% higher.
+where kube-scheduler too is FIFO; on a 500-job ITP slice the real one's mean JCT is 32% higher.
 
 Cost per round: pods of one resource shape that did not fit cannot fit later in the same round
 (binding only takes resources away), so each failed shape is tried once per round; the round
