@@ -22,12 +22,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
-import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from k8s_lab import pod_lab
 
 
 def main() -> None:
@@ -38,76 +36,37 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
 
-    from lightkube.resources.core_v1 import Pod
+    def quiet(s: float = 1.5) -> None:
+        time.sleep(s)  # longer than the 1 s backoff: every waiting pod's backoff has ended
 
-    from dlsched.core.job import JobSpec
-    from dlsched.k8s.controlplane import ControlPlane
-    from dlsched.k8s.default_scheduler import job_pods
-    from dlsched.live.backends.k8s_api import KubeApi, load_config
-    from dlsched.live.backends.k8s_watch import Reflector, pod_info, warm_decoders
-
-    pool, ns = "qorder", "qorder"
-    spec = JobSpec(job_id="j", submit_time=0, iterations=1, num_workers=8)
     results: dict[str, list[dict]] = {"at_once": [], "one_by_one": []}
-    with ControlPlane(workdir=Path(tempfile.mkdtemp(prefix="dlsched-qorder-")), bin_dir=args.bin_dir,
-                      with_scheduler=True, scheduler_backoff_s=1) as cp:
-        cp.add_nodes(args.nodes, gpus_per_node=8, pool=pool, cpus=64, mem="512Gi", prefix=f"{pool}-")
-        cp.ensure_namespace(ns)
-        warm_decoders()
-        api = KubeApi(load_config(cp.kubeconfig(), None), ns, workers=16)
-        cond = threading.Condition(threading.RLock())
-        watch = Reflector("qorder", api.watch_client, Pod, cond=cond, namespace=ns,
-                          key=lambda o: o.metadata.name, transform=pod_info).start()
-        watch.synced.wait(30)
-
-        def bound(prefix: str) -> int:
-            with cond:
-                return sum(1 for n, p in watch.items.items() if n.startswith(prefix) and p.node)
-
-        def wait(pred, timeout=60.0) -> None:
-            with cond:
-                cond.wait_for(pred, timeout=timeout)
-
-        def quiet(s: float = 1.5) -> None:
-            time.sleep(s)  # longer than the 1 s backoff: every waiting pod's backoff has ended
-
+    with pod_lab("qorder", args.nodes, args.bin_dir) as lab:
         k = 0
         for trial in range(args.trials):
             for mode in results:
                 k += 1
-                run = [f"rj{k}{c}" for c in "abcdefghijklmnop"[:args.nodes]]
-                pods = {}
-                for i, name in enumerate(run):  # fill every node, one job a node
-                    pods[name] = job_pods(spec, 0, ns, pool)
-                    for p in pods[name]:
-                        p["metadata"]["name"] = p["metadata"]["name"].replace("rj0", name)
-                    api.map(api.create, pods[name])
-                    wait(lambda n=name: bound(n + "-") == 8)
+                names = [f"rj{k}{c}-" for c in "abcdefghijklmnop"[:args.nodes]]
+                running = [lab.pods_of(8, n[:-1]) for n in names]
+                for n, ms in zip(names, running):  # fill every node, one job a node
+                    lab.api.map(lab.api.create, ms)
+                    lab.wait(lambda n=n: len(lab.bound_names(n)) == 8)
                 waiting = {}
                 for tag in ("old", "new"):
-                    waiting[tag] = job_pods(spec, 0, ns, pool)
-                    for p in waiting[tag]:
-                        p["metadata"]["name"] = p["metadata"]["name"].replace("rj0", f"q{k}{tag}")
-                    api.map(api.create, waiting[tag])
+                    waiting[tag] = lab.pods_of(8, f"q{k}{tag}")
+                    lab.api.map(lab.api.create, waiting[tag])
                     quiet()  # OLD is tried (and fails) before NEW exists, as a trace's arrivals
-                gone = [(p["metadata"]["name"], "") for p in pods[run[0]]]
                 if mode == "at_once":
-                    api.delete_pods(gone, 0)
+                    lab.delete(running[0])
                 else:
-                    for g in gone:
-                        api.delete_pods([g], 0)
+                    for m in running[0]:
+                        lab.delete([m])
                         quiet()
-                wait(lambda: bound(f"q{k}old") + bound(f"q{k}new") == 8, 30)
+                lab.wait(lambda: len(lab.bound_names(f"q{k}")) == 8, 30)
                 quiet()
-                got = {"old": bound(f"q{k}old"), "new": bound(f"q{k}new")}
+                got = {tag: len(lab.bound_names(f"q{k}{tag}")) for tag in waiting}
                 results[mode].append(got)
                 print(trial, mode, got, file=sys.stderr)
-                api.delete_pods([(p["metadata"]["name"], "") for name in run[1:] for p in pods[name]]
-                                + [(p["metadata"]["name"], "") for t in waiting for p in waiting[t]], 0)
-                with cond:
-                    cond.wait_for(lambda: not watch.items, timeout=60)
-        watch.stop()
-        api.close()
+                lab.clear([m for ms in running[1:] for m in ms] + [m for t in waiting for m in waiting[t]])
     out = {mode: {"trials": len(r), "freed_gpus_to_old_mean": sum(x["old"] for x in r) / len(r),
                   "freed_gpus_to_new_mean": sum(x["new"] for x in r) / len(r),
                   "trials_all_to_old": sum(x["old"] == 8 for x in r)} for mode, r in results.items()}

@@ -22,12 +22,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
-import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from k8s_lab import pod_lab
 
 
 def main() -> None:
@@ -41,68 +39,32 @@ def main() -> None:
     args = ap.parse_args()
     gaps = [float(g) for g in args.gaps.split(",")]
 
-    from lightkube.resources.core_v1 import Pod
-
-    from dlsched.core.job import JobSpec
-    from dlsched.k8s.controlplane import ControlPlane
-    from dlsched.k8s.default_scheduler import job_pods
-    from dlsched.live.backends.k8s_api import KubeApi, load_config
-    from dlsched.live.backends.k8s_watch import Reflector, pod_info, warm_decoders
-
-    pool, ns = "qrot", "qrot"
-    gang, single = (JobSpec(job_id="j", submit_time=0, iterations=1, num_workers=w) for w in (8, 1))
     out: dict = {"queue": args.queue, "nodes": args.nodes, "runs": []}
-    with ControlPlane(workdir=Path(tempfile.mkdtemp(prefix="dlsched-qrot-")), bin_dir=args.bin_dir,
-                      with_scheduler=True, scheduler_backoff_s=1) as cp:
-        cp.add_nodes(args.nodes, gpus_per_node=8, pool=pool, cpus=64, mem="512Gi", prefix=f"{pool}-")
-        cp.ensure_namespace(ns)
-        warm_decoders()
-        api = KubeApi(load_config(cp.kubeconfig(), None), ns, workers=16)
-        cond = threading.Condition(threading.RLock())
-        watch = Reflector("qrot", api.watch_client, Pod, cond=cond, namespace=ns,
-                          key=lambda o: o.metadata.name, transform=pod_info).start()
-        watch.synced.wait(30)
-
-        def pods_of(spec: JobSpec, name: str) -> list[dict]:
-            ms = job_pods(spec, 0, ns, pool)
-            for m in ms:
-                m["metadata"]["name"] = m["metadata"]["name"].replace("rj0", name)
-            return ms
-
-        def bound_names(prefix: str) -> list[str]:
-            with cond:
-                return [n for n, p in watch.items.items() if n.startswith(prefix) and p.node]
-
+    with pod_lab("qrot", args.nodes, args.bin_dir) as lab:
         k = 0
         for trial in range(args.trials):
             for gap in gaps:
                 k += 1
-                running = [pods_of(gang, f"r{k}n{i}") for i in range(args.nodes)]
+                running = [lab.pods_of(8, f"r{k}n{i}") for i in range(args.nodes)]
                 for ms in running:
-                    api.map(api.create, ms)
-                with cond:
-                    cond.wait_for(lambda: len(bound_names(f"r{k}n")) == 8 * args.nodes, timeout=120)
-                waiting = [pods_of(single, f"w{k}q{i:04d}")[0] for i in range(args.queue)]
+                    lab.api.map(lab.api.create, ms)
+                lab.wait(lambda: len(lab.bound_names(f"r{k}n")) == 8 * args.nodes, 120)
+                waiting = [lab.pods_of(1, f"w{k}q{i:04d}")[0] for i in range(args.queue)]
                 for m in waiting:  # one after another: kube-scheduler's queue holds them in creation order
-                    api.create(m)
+                    lab.api.create(m)
                 time.sleep(5.0)  # every waiting pod tried and failed once, its backoff over
                 for m in running[0]:
-                    api.delete_pods([(m["metadata"]["name"], "")], 0)
+                    lab.delete([m])
                     time.sleep(gap)
                 t_end = time.monotonic() + 30
-                while time.monotonic() < t_end and len(bound_names(f"w{k}q")) < 8:
+                while time.monotonic() < t_end and len(lab.bound_names(f"w{k}q")) < 8:
                     time.sleep(0.1)
                 time.sleep(1.0)
-                ranks = sorted(int(n.split("q")[1][:4]) for n in bound_names(f"w{k}q"))
+                ranks = sorted(int(n.split("q")[1][:4]) for n in lab.bound_names(f"w{k}q"))
                 out["runs"].append({"trial": trial, "gap_s": gap, "ranks_bound": ranks,
                                     "all_to_oldest_8": ranks == list(range(8))})
                 print(out["runs"][-1], file=sys.stderr)
-                api.delete_pods([(m["metadata"]["name"], "") for ms in running[1:] for m in ms]
-                                + [(m["metadata"]["name"], "") for m in waiting], 0)
-                with cond:
-                    cond.wait_for(lambda: not watch.items, timeout=120)
-        watch.stop()
-        api.close()
+                lab.clear([m for ms in running[1:] for m in ms] + waiting)
     text = json.dumps(out, indent=1)
     print(text)
     if args.out:
