@@ -175,19 +175,23 @@ def replay_kube_scheduler(specs: list[JobSpec], throughput: "ThroughputModel", c
                 return
             time.sleep(QUIET_S - still)
 
+    tried_at = 0.0  # when kube-scheduler last had its say (monotonic): its failed pods' backoff began
+
     def settle() -> None:
-        """Wait until kube-scheduler has placed what it can: the pods are quiet and, with `queue`,
-        its pass over the waiting pods is over (see `pass_over`)."""
+        """kube-scheduler's turn, from our change (now) until it has placed what it can: the pods
+        are quiet and, with `queue`, its pass over the waiting pods is over (see `pass_over`)."""
+        nonlocal tried_at
+        changed[0] = time.monotonic()
         quiet()
         if queue is not None and pass_over(queue):
             quiet()  # the bindings of its last attempts
+        tried_at = time.monotonic()
 
     timeline = Timeline()
     waiting: dict[int, _Job] = {}
     running: dict[int, _Job] = {}
     ended: list[JobState] = []
     created = 0
-    tried_at = 0.0  # when kube-scheduler last had its say (monotonic): its failed pods' backoff began
     t_wall, last_bind_wall, bound_before = time.time(), time.time(), 0
     stop_reason = ""
     try:
@@ -207,9 +211,7 @@ def replay_kube_scheduler(specs: list[JobSpec], throughput: "ThroughputModel", c
                 backoff_wait(tried_at, backoff_s)
             api.delete_pods([(n, "") for j in finished for n in j.pods], 0)
             if done and waiting:  # kube-scheduler gives the freed room to the pods already waiting,
-                changed[0] = time.monotonic()  # as it would in the hour before this round's arrivals
-                settle()
-                tried_at = time.monotonic()
+                settle()  # as it would in the hour before this round's arrivals
             # arrivals: every pod of a job at once, as tf-operator creates them, job after job (at
             # once for all, kube-scheduler's queue would interleave the pods of jobs that arrived
             # minutes apart in the trace, and bind some of each)
@@ -228,10 +230,8 @@ def replay_kube_scheduler(specs: list[JobSpec], throughput: "ThroughputModel", c
                         created += 1
                     arrived = True
                 nxt += 1
-            if arrived or (done and not waiting):  # kube-scheduler's turn: from our change until the pods are quiet
-                changed[0] = time.monotonic()
+            if arrived or (done and not waiting):
                 settle()
-                tried_at = time.monotonic()
             with cond:
                 seen = {name: (p.node, p.phase) for name, p in pods.items.items()}
             bound_now = 0
