@@ -306,7 +306,9 @@ def test_a_service_that_stops_leaves_the_dljobs_saying_so(service, k8s_client, k
     Running (the last status is written after the jobs were stopped)."""
     svc = service()
     k8s_client.create(dljob(D, "kept", steps=1_000_000), namespace=k8s_namespace)
-    wait_until("phase Running", lambda: status_of(k8s_client, D, k8s_namespace, "kept").get("phase") == "Running")
+    # Running with steps done: a stop before the first step (a loaded machine) would leave nothing to show
+    wait_until("phase Running with steps done", lambda: (lambda st: st.get("phase") == "Running"
+               and st.get("stepsDone", 0) > 0)(status_of(k8s_client, D, k8s_namespace, "kept")))
     svc.stop()
     svc.stop = lambda: None  # stopped here: the fixture has nothing left to stop
     st = status_of(k8s_client, D, k8s_namespace, "kept")

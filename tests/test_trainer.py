@@ -118,15 +118,15 @@ def sigterm_and_resume(tmp_path: Path, mode: str, before: int, after: int, num_p
 
 
 def test_ddp_sigterm_resume_at_other_size_is_lossless(tmp_path: Path) -> None:
-    job = sigterm_and_resume(tmp_path, "ddp", before=2, after=1, num_ps=0, steps=2000)
+    job = sigterm_and_resume(tmp_path, "ddp", before=2, after=1, num_ps=0, steps=800)
     ls = losses(job)
     assert ls[-1] < 0.5 * ls[0]
 
 
 def test_ddp_resume_same_size_reproduces_uninterrupted_run(tmp_path: Path) -> None:
-    job = sigterm_and_resume(tmp_path, "ddp", before=1, after=1, num_ps=0, steps=2000)
+    job = sigterm_and_resume(tmp_path, "ddp", before=1, after=1, num_ps=0, steps=800)
     straight = tmp_path / "straight"
-    assert wait_all(launch(trainer_argv(straight, steps=2000), 1, "s")) == [0]
+    assert wait_all(launch(trainer_argv(straight, steps=800), 1, "s")) == [0]
     pa = newest(job)["params"]
     pb = newest(straight)["params"]
     for name in pa:  # same data, restored Adam state: only float reordering could differ
