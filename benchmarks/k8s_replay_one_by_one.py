@@ -10,7 +10,9 @@ waiting pod's backoff has ended. Arguments after `--` go to `dlsched replay` unc
     python benchmarks/k8s_replay_one_by_one.py -- --trace ../shared/traces/elasticflow-itp/elasticflow/cluster04.csv \\
         --limit 500 --load 0.8 --rigid --speedup 3600 --policies kube-scheduler --timeout 7200 --out fid6
 
-(47 minutes on the 2-core machine for that slice: 2,002 pods, each delete 1.1 s apart.)
+(47 minutes on the 2-core machine for that slice: 2,002 pods, each delete 1.1 s apart.) With
+`--pass` each delete also waits for kube-scheduler's pass over the waiting pods, so every freed GPU
+meets the queue as it would in real time with the pods of a job ending minutes apart.
 """
 
 from __future__ import annotations
@@ -26,13 +28,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gap", type=float, default=1.1, help="wall seconds between two deletes (default 1.1)")
+    ap.add_argument("--pass", dest="full_pass", action="store_true",
+                    help="after each delete's gap, also wait until kube-scheduler has tried every waiting pod "
+                         "(its active and backoff queues empty, as the replay waits between rounds)")
     ap.add_argument("replay_args", nargs=argparse.REMAINDER, help="arguments of `dlsched replay`, after --")
     args = ap.parse_args()
 
     from dlsched.cli import app
+    from dlsched.k8s import controlplane
+    from dlsched.k8s.default_scheduler import pass_over
     from dlsched.live.backends import k8s_api
 
     whole = k8s_api.KubeApi.delete_pods
+    planes: list = []  # the replay's control plane, for its kube-scheduler queue
+    enter = controlplane.ControlPlane.__enter__
+
+    def remember(self):
+        planes.append(self)
+        return enter(self)
+
+    controlplane.ControlPlane.__enter__ = remember
 
     def one_by_one(self, pods, grace):
         pods = list(pods)
@@ -42,6 +57,8 @@ def main() -> None:
         for p in pods:
             left += whole(self, [p], grace)
             time.sleep(args.gap)
+            if args.full_pass and planes:
+                pass_over(planes[-1].scheduler_queue)
         return left
 
     k8s_api.KubeApi.delete_pods = one_by_one
