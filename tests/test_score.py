@@ -9,6 +9,7 @@ from dlsched.core import Cluster, JobSpec
 from dlsched.core.allocation import Allocation
 from dlsched.core.cluster import CPU, GPU, MEM
 from dlsched.core.snapshot import Clock, JobState, JobStatus, Snapshot
+from dlsched.core.errors import ConfigError
 from dlsched.policies.kube_default import kube_default
 from dlsched.policies.phases.gang import bind_pods
 from dlsched.policies.phases.placement import LeastLoaded, Spread
@@ -77,7 +78,7 @@ def test_kube_default_and_dragon_pod_by_pod_bind_identically():
     specs = [ps_spec("a", w=4, ps=1, submit=0.0), ps_spec("b", w=8, ps=2, submit=1.0)]
     clock = Clock(2.0)
     states = [JobState(spec=s, index=i, clock=clock, rank=i, status=JobStatus.PENDING) for i, s in enumerate(specs)]
-    kube = kube_default()
+    kube = kube_default(ties="lowest")  # bind_pods breaks ties by the lowest index
     kube.reset(c, 0)
     plan = kube.schedule(Snapshot(now=2.0, cluster=c, free=free.copy(), pending=states, running=[], restart_overhead=0.0))
 
@@ -106,3 +107,24 @@ def test_ps_for_is_the_one_ps_rule():
     assert [ps_for(steps, w) for w in (4, 5, 9)] == [1, 2, 2]
     ring = JobSpec(job_id="r", submit_time=0.0, iterations=1.0, num_workers=2, worker_demand=(1.0, 1.0, 1.0))
     assert ps_for(ring, 2) == 0 and ps_for(ring, 2, 3, per_worker=True) == 0
+
+
+def test_kube_default_breaks_ties_at_random_like_kube_scheduler_and_reproducibly():
+    """On an empty cluster every node ties: `ties="lowest"` always takes node 0, the default draws
+    a tied node from the run's seed (kube-scheduler's selectHost), the same one for the same seed."""
+    c = Cluster.homogeneous("t", nodes=16, gpus=8, cpus=64, mem=512)
+    spec = ps_spec("a", w=1, ps=1, submit=0.0)
+
+    def node(seed: int, ties: str) -> int:
+        kube = kube_default(ties=ties)
+        kube.reset(c, seed)
+        state = JobState(spec=spec, index=0, clock=Clock(0.0), rank=0, status=JobStatus.PENDING)
+        plan = kube.schedule(Snapshot(now=0.0, cluster=c, free=c.capacity.copy(), pending=[state], running=[],
+                                      restart_overhead=0.0))
+        return next(iter(plan.allocations["a"].nodes))
+
+    assert {node(s, "lowest") for s in range(8)} == {0}
+    drawn = [node(s, "random") for s in range(8)]
+    assert len(set(drawn)) > 1 and drawn == [node(s, "random") for s in range(8)]
+    with pytest.raises(ConfigError, match="ties"):
+        kube_default(ties="first")

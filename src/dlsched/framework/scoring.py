@@ -68,8 +68,10 @@ def best_node(
     score: Score,
     allowed: np.ndarray | None = None,
     prefer: np.ndarray | None = None,
+    ties: np.random.Generator | None = None,
 ) -> int:
-    """The best-scoring node where `demand` fits (lowest index on ties), or -1.
+    """The best-scoring node where `demand` fits, or -1. Ties go to the lowest index, or with
+    `ties` to one of the tied nodes drawn from it (kube-scheduler's `selectHost` picks at random).
 
     `allowed` masks the nodes a task may use (its GPU type); among fitting nodes, any in `prefer`
     beats every other (a binder that keeps a job's pods together)."""
@@ -80,7 +82,11 @@ def best_node(
         ok &= prefer
     if not ok.any():
         return -1
-    return int(np.argmax(np.where(ok, score(free, cap, demand), -np.inf)))
+    scores = np.where(ok, score(free, cap, demand), -np.inf)
+    if ties is None:
+        return int(np.argmax(scores))
+    top = np.flatnonzero(scores >= scores.max() - _EPS)
+    return int(top[ties.integers(len(top))]) if len(top) > 1 else int(top[0])
 
 
 @dataclass(frozen=True)
@@ -109,13 +115,15 @@ class TaskByTask:
         ps: int,
         local_first: bool = False,
         all_or_nothing: bool = False,
+        ties: np.random.Generator | None = None,
     ) -> bool:
         """Bind the tasks still missing from `have` ({node: (workers, ps)}) up to `workers` and
         `ps`, as many as fit; `room` and `have` are updated in place. Returns True when complete.
 
         A task that fits nowhere leaves the rest of its kind pending (they are identical and room
         only shrinks), but the other kind is still tried, as kube-scheduler's queue does not
-        block on one pod. With `local_first`, a node the job already uses beats every other."""
+        block on one pod. With `local_first`, a node the job already uses beats every other;
+        `ties` as in `best_node`."""
         mask = eligible(cluster, spec)
         cap = cluster.capacity
         complete = True
@@ -126,7 +134,7 @@ class TaskByTask:
                 if local_first and have:
                     prefer = np.zeros(len(room), dtype=bool)
                     prefer[list(have)] = True
-                n = best_node(room, cap, d, self.score, mask, prefer)
+                n = best_node(room, cap, d, self.score, mask, prefer, ties)
                 if n < 0:
                     complete = False
                     break

@@ -8,9 +8,12 @@ This is the comparison point of DRAGON (Lin, Yeh, Chou; CLOSER 2019). What it mo
 - Each pod is bound on its own to the node that fits it (resources and GPU-type node selector)
   with the best LeastAllocated score: the mean over the scored resources of
   (allocatable - requested - this pod) / allocatable (`framework.scoring.least_allocated`, bound by the
-  same `TaskByTask.bind` as `gang.bind_pods`); ties go to the lowest node index (the real
-  scheduler breaks ties at random). By default the scored resources are CPU and memory, as in
-  kube-scheduler's default NodeResourcesFit configuration; GPUs are only filtered on.
+  same `TaskByTask.bind` as `gang.bind_pods`); ties go to one of the tied nodes at random
+  (seeded by the run's seed), as kube-scheduler's `selectHost` does. This matters: a lowest-index
+  tie-break keeps a job's pods on consecutive nodes of one rack, random ones spread it over
+  racks, and measured curves charge that (docs/KUBERNETES.md, "Replaying a trace"). By default
+  the scored resources are CPU and memory, as in kube-scheduler's default NodeResourcesFit
+  configuration; GPUs are only filtered on.
 - No gang: bound pods of a job whose other pods are still pending hold their resources and do no
   work (`Plan.held`); the job runs only once every pod is bound. This can deadlock (partial jobs
   holding everything), and then the engine ends the run with the rest unfinished: that is real.
@@ -22,12 +25,12 @@ This is the comparison point of DRAGON (Lin, Yeh, Chou; CLOSER 2019). What it mo
   jobs) are still tried in the same round.
 
 Where the real kube-scheduler differs (measured against it on a real API server, docs/KUBERNETES.md
-"Replaying a trace"): its queue orders pods by their last failed attempt and backs failed pods off,
-so when the pods of a job that ends leave together, the pods it tried and failed after the first
-one left sit in backoff while the room the others free goes to pods further back (newer jobs'):
-a race between API events and its queue, from 2 to 8 of 8 freed GPUs to the oldest job in
-identical trials. This imitation is the deterministic limit of that, room freed one pod at a time,
-where kube-scheduler too is FIFO; on a 500-job ITP slice the real one's mean JCT is 32% higher.
+"Replaying a trace"): when the pods of a job that ends leave together, its queue (ordered by each
+pod's last failed attempt, failed pods backed off) gives part of the freed room to newer pods: a
+race between API events and its queue, from 2 to 8 of 8 freed GPUs to the oldest job in identical
+trials. This imitation is the deterministic limit of that, room freed one pod at a time, where
+kube-scheduler too is FIFO. On a 200-job ITP slice its mean JCT is 7% below the real one's (1%
+with the real one given room one pod at a time).
 
 Cost per round: pods of one resource shape that did not fit cannot fit later in the same round
 (binding only takes resources away), so each failed shape is tried once per round; the round
@@ -73,14 +76,18 @@ class KubeDefault(Policy):
 
     name = "kube-default"
 
-    def __init__(self, scored: tuple[str, ...] = ("cpu", "mem")):
+    def __init__(self, scored: tuple[str, ...] = ("cpu", "mem"), ties: str = "random"):
         bad = [r for r in scored if r not in RESOURCES]
         if bad or not scored:
             raise ConfigError(f"scored resources must be a non-empty subset of {RESOURCES}, got {scored!r}")
+        if ties not in ("random", "lowest"):
+            raise ConfigError(f"ties must be 'random' (kube-scheduler's) or 'lowest' (lowest node index), got {ties!r}")
+        self.ties = ties
         self._binder = TaskByTask(partial(least_allocated, resources=tuple(RESOURCES.index(r) for r in scored)), self.name)
         self.reset(None, 0)
 
     def reset(self, cluster: Cluster | None, seed: int) -> None:
+        self._ties = np.random.default_rng(seed) if self.ties == "random" else None
         self._waiting: dict[int, _Pods] = {}  # by job index, in pod-creation order
         self._need: Counter = Counter()  # pod shape -> waiting jobs with unbound pods of it
         self._held: dict[str, Allocation] = {}  # partial placements, by job id
@@ -142,7 +149,7 @@ class KubeDefault(Policy):
             if room is None:
                 room = np.array(snap.free, dtype=float)
             want = [total[k] - (0 if k in tried else p.left[k]) for k in (_PS, _WORKER)]
-            self._binder.bind(snap.cluster, room, spec, p.bound, want[_WORKER], want[_PS])
+            self._binder.bind(snap.cluster, room, spec, p.bound, want[_WORKER], want[_PS], ties=self._ties)
             got = (sum(ps for _, ps in p.bound.values()), sum(w for w, _ in p.bound.values()))
             changed = False
             for k in tried:
@@ -167,6 +174,7 @@ class KubeDefault(Policy):
         return plan
 
 
-def kube_default(scored: tuple[str, ...] = ("cpu", "mem")) -> KubeDefault:
-    """The default Kubernetes scheduler; `scored` are the resources its LeastAllocated score uses."""
-    return KubeDefault(scored=tuple(scored))
+def kube_default(scored: tuple[str, ...] = ("cpu", "mem"), ties: str = "random") -> KubeDefault:
+    """The default Kubernetes scheduler; `scored` are the resources its LeastAllocated score uses,
+    `ties` how a tie between nodes is broken ("random", seeded, as kube-scheduler; or "lowest")."""
+    return KubeDefault(scored=tuple(scored), ties=ties)
