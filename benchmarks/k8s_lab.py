@@ -9,6 +9,7 @@ dlsched placement) and read which ones kube-scheduler bound.
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 import tempfile
 import threading
@@ -80,3 +81,11 @@ def pod_lab(name: str, nodes: int, bin_dir: Path | None) -> Iterator[Lab]:
         finally:
             watch.stop()
             api.close()
+
+
+def report(out: dict, path: Path | None) -> None:
+    """Print a check's result as JSON, and write it to `path` (its `--out`) when given."""
+    text = json.dumps(out, indent=1)
+    print(text)
+    if path:
+        path.write_text(text)

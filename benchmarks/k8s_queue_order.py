@@ -20,12 +20,11 @@ kube-scheduler (default profile, pod backoff 1 s):
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
-from k8s_lab import pod_lab
+from k8s_lab import pod_lab, report
 
 
 def main() -> None:
@@ -70,10 +69,7 @@ def main() -> None:
     out = {mode: {"trials": len(r), "freed_gpus_to_old_mean": sum(x["old"] for x in r) / len(r),
                   "freed_gpus_to_new_mean": sum(x["new"] for x in r) / len(r),
                   "trials_all_to_old": sum(x["old"] == 8 for x in r)} for mode, r in results.items()}
-    text = json.dumps(out, indent=1)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    report(out, args.out)
 
 
 if __name__ == "__main__":

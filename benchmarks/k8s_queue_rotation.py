@@ -20,12 +20,11 @@ length times the cost of one attempt against the time between events, so this sc
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
-from k8s_lab import pod_lab
+from k8s_lab import pod_lab, report
 
 
 def main() -> None:
@@ -65,10 +64,7 @@ def main() -> None:
                                     "all_to_oldest_8": ranks == list(range(8))})
                 print(out["runs"][-1], file=sys.stderr)
                 lab.clear([m for ms in running[1:] for m in ms] + waiting)
-    text = json.dumps(out, indent=1)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    report(out, args.out)
 
 
 if __name__ == "__main__":
