@@ -76,6 +76,15 @@ def test_submit_list_filter_show(env):
     assert len(both) == 2
     shown = client.get(f"/jobs/{second['id']}").json()
     assert shown["status"] == "running" and shown["nodes"] == ["n0"]
+    assert shown["duration_s"] is None  # only an ended job has one
+
+    store.update(second["id"], status="done", finished_at=second["submitted_at"] + 75.0, run_time_s=60.0,
+                 job_dir="/srv/dlsched/jobs/job-000002")  # issue 30: what the controller writes at the end
+    for view in (client.get(f"/jobs/{second['id']}").json(), client.get("/jobs").json()[1]):
+        assert view["duration_s"] == pytest.approx(75.0)
+        assert (view["run_time_s"], view["job_dir"]) == (60.0, "/srv/dlsched/jobs/job-000002")
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["JobView"]["properties"]
+    assert {"duration_s", "run_time_s", "job_dir"} <= set(schema)
     events = client.get(f"/jobs/{job['id']}/events").json()
     assert [e["kind"] for e in events] == ["submitted"]
 

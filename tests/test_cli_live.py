@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -115,13 +116,17 @@ def test_serve_runs_jobs_and_stops_cleanly_on_sigterm(tmp_path):
         job.write_text("model: mlp\nsteps: 15\n")
         r = _cli("submit", str(job), "--url", url)
         assert r.exit_code == 0, r.output
-        status = None
+        status, view = None, {}
         while time.monotonic() < deadline:  # the dry backend makes 10 steps/s after a 1 s start
-            status = httpx.get(f"{url}/jobs/job-000001").json()["status"]
+            view = httpx.get(f"{url}/jobs/job-000001").json()
+            status = view["status"]
             if status == "done":
                 break
             time.sleep(0.3)
         assert status == "done"
+        assert view["job_dir"] == str((work / "jobs" / "job-000001").absolute()) and Path(view["job_dir"]).is_dir()
+        assert 0 < view["run_time_s"] <= view["duration_s"]
+        assert view["duration_s"] == pytest.approx(view["finished_at"] - view["submitted_at"])
         assert httpx.get(f"{url}/cluster").json()["backend"] == "dry"
         assert 'dlsched_jobs{status="done"} 1.0' in httpx.get(f"{url}/metrics").text
         page = httpx.get(f"{url}/").text
@@ -260,3 +265,66 @@ def test_retry_and_delete_over_http(service, tmp_path):
     for cmd in ("retry", "delete"):
         r = _cli(cmd, "job-000042", "--url", url)
         assert r.exit_code == 2 and "no job 'job-000042'" in r.output
+
+
+# --------------------------------------------------------------------------- issue 30: an ended job's time and folder
+
+
+def test_a_finished_job_shows_how_long_it_took_and_its_folder(tmp_path, monkeypatch):
+    """The controller (dry backend, fake clock: no processes) records where a job's runs write and
+    how long they ran; `dlsched status` then shows an ended job's duration, run time and folder,
+    which exists. Job b waits for a's one GPU, so its duration (submit → end) exceeds its run time."""
+    from rich.console import Console
+
+    import dlsched.cli_live as cli_live
+    from dlsched.core import Cluster
+    from dlsched.live.backends.dry import DryBackend, FakeClock
+    from dlsched.live.controller import Controller
+    from dlsched.live.spec import TrainJob
+    from dlsched.policies.registry import make_policy
+
+    clock = FakeClock()
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    cluster = Cluster.homogeneous("live", nodes=1, gpus=1, cpus=8, mem=32)
+    ctl = Controller(store, DryBackend(cluster, clock), make_policy("fifo"), work_dir=tmp_path / "work",
+                     clock=clock)
+    a = store.add(TrainJob(model="mlp", steps=50), now=clock())
+    b = store.add(TrainJob(model="mlp", steps=30, name="second"), now=clock())
+    never = store.add(TrainJob(model="mlp", steps=30), now=clock())
+    store.request_cancel(never.id)  # cancelled while queued: it never ran, so it has no folder
+    for _ in range(30):
+        clock.advance(1.0)
+        ctl.step()
+    va, vb, vn = store.get(a.id), store.get(b.id), store.get(never.id)
+    assert va.status == vb.status == "done" and vn.status == "cancelled"
+    for v in (va, vb):  # a start recorded the folder; the end kept it
+        assert v.job_dir is not None and Path(v.job_dir).is_absolute() and Path(v.job_dir).is_dir()
+        assert v.duration_s == pytest.approx(v.finished_at - v.submitted_at) and v.duration_s > 0
+        assert 0 < v.run_time_s <= v.duration_s
+    assert Path(vb.job_dir) == (tmp_path / "work" / "jobs" / b.id).absolute()
+    assert vb.duration_s - vb.run_time_s >= va.run_time_s - 1.0  # b queued while a ran
+    assert vn.job_dir is None and vn.run_time_s is None and vn.duration_s is not None
+
+    monkeypatch.setattr(cli_live, "console", Console(width=400))  # wide enough that no path is folded
+    with app_server(create_app(store, FakeController())) as url:
+        table = _cli("status", "--url", url)
+        one = _cli("status", b.id, "--url", url)
+    store.close()
+    assert table.exit_code == 0, table.output
+    rows = {cells[0]: cells for line in table.output.splitlines()
+            if len(cells := [c.strip() for c in line.split("│")[1:-1]]) > 1}
+    assert rows[b.id][-3] == f"{cli_live._span(vb.duration_s)} (ran {cli_live._span(vb.run_time_s)})"  # age
+    # the row names its folder; the parent they share is said once under the table
+    assert rows[b.id][-1] == f"{Path(vb.job_dir).name}/"
+    assert f"job dirs are in {Path(vb.job_dir).parent}/" in table.output
+    assert rows[never.id][-3] == cli_live._span(vn.duration_s) and rows[never.id][-1] == "–"  # never ran
+    assert one.exit_code == 0, one.output
+    assert f"job dir    {vb.job_dir}" in one.output
+    assert f"took       {cli_live._span(vb.duration_s)} (ran {cli_live._span(vb.run_time_s)})" in one.output
+
+
+def test_durations_read_as_a_person_would_say_them():
+    from dlsched.cli_live import _span
+
+    assert [_span(s) for s in (None, 0.04, 4.25, 59.4, 61, 3599, 3600, 5 * 3600 + 7 * 60 + 59)] == [
+        "–", "0.0s", "4.2s", "59s", "1m01s", "59m59s", "1h00m", "5h07m"]

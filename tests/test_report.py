@@ -119,7 +119,7 @@ def test_summary_rows_json_roundtrip(results):
     back = json.loads(text)
     assert [r["policy"] for r in back] == [r.policy for r in results]
     for row, r in zip(back, results):
-        assert row["mean_jct"] == pytest.approx(r.summary["mean_jct"])
+        assert row["mean_jct_s"] == pytest.approx(r.summary["mean_jct"])
         assert row["finished"] == r.summary["finished"]
         assert row["deadline_met_ratio"] is None  # no job had a deadline: no value, not 0
         assert math.isnan(r.summary["deadline_met_ratio"])

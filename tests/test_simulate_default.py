@@ -25,7 +25,7 @@ def test_default_policies_are_the_baselines_and_the_published_systems():
 def test_simulate_default_shows_published_systems_and_they_differ(tmp_path):
     rows = _json(["--limit", "120", "-p", "fifo,drf,kube-default,dragon,qos,dl2"], tmp_path)
     assert set(rows) == {"fifo", "drf", "kube-default", "dragon", "qos", "dl2"}
-    jct = {p: r["mean_jct"] for p, r in rows.items()}
+    jct = {p: r["mean_jct_s"] for p, r in rows.items()}
     assert len({round(v, 3) for v in jct.values()}) >= 5, jct  # decisions matter on this workload
     met = {p: r["deadline_met_ratio"] for p, r in rows.items()}
     assert len({round(v, 3) for v in met.values()}) >= 4, met
@@ -35,9 +35,9 @@ def test_simulate_default_shows_published_systems_and_they_differ(tmp_path):
 
 def test_profiles_off_and_rigid_change_the_workload(tmp_path):
     args = ["--limit", "120", "-p", "drf"]
-    measured = _json(args, tmp_path)["drf"]["mean_jct"]
-    off = _json([*args, "--profiles", "off"], tmp_path)["drf"]["mean_jct"]
-    rigid = _json([*args, "--rigid"], tmp_path)["drf"]["mean_jct"]
+    measured = _json(args, tmp_path)["drf"]["mean_jct_s"]
+    off = _json([*args, "--profiles", "off"], tmp_path)["drf"]["mean_jct_s"]
+    rigid = _json([*args, "--rigid"], tmp_path)["drf"]["mean_jct_s"]
     assert len({round(measured, 3), round(off, 3), round(rigid, 3)}) == 3
 
 

@@ -187,12 +187,30 @@ def test_a_store_made_before_waiting_reasons_opens_and_gains_the_column(tmp_path
     old.close()
     con = sqlite3.connect(path)
     con.execute("ALTER TABLE dlsched_jobs DROP COLUMN waiting_reason")  # as the old version made it
+    con.execute("ALTER TABLE dlsched_jobs DROP COLUMN run_time_s")  # issue 30 added it
     con.commit()
     con.close()
     store = Store(f"sqlite:///{path}")
-    assert store.get(job.id).waiting_reason == ""
+    assert store.get(job.id).waiting_reason == "" and store.get(job.id).run_time_s is None  # not known
     assert store.update(job.id, waiting_reason="needs 1 CPU").waiting_reason == "needs 1 CPU"
+    assert store.update(job.id, run_time_s=12.5).run_time_s == 12.5
     store.close()
+
+
+def test_an_ended_job_keeps_its_folder_and_says_how_long_it_took(store):
+    """Issue 30: duration (submit → end) is derived from the stored times, only once the job ended;
+    the folder and run time the controller wrote stay through the end and a retry."""
+    job = store.add(_job(), now=100.0)
+    assert job.duration_s is None and job.job_dir is None and job.run_time_s is None
+    store.update(job.id, status="running", started_at=130.0, job_dir="/work/jobs/job-000001")
+    assert store.get(job.id).duration_s is None  # still going
+    done = store.update(job.id, status="failed", finished_at=190.0, run_time_s=55.0, reason="boom")
+    assert (done.duration_s, done.run_time_s, done.job_dir) == (90.0, 55.0, "/work/jobs/job-000001")
+    assert done.model_dump()["duration_s"] == 90.0  # what the API sends
+    again = store.retry(job.id, now=200.0)
+    assert again.duration_s is None and (again.run_time_s, again.job_dir) == (55.0, "/work/jobs/job-000001")
+    with pytest.raises(ValueError, match="cannot update"):
+        store.update(job.id, duration_s=1.0)  # derived, never written
 
 
 def test_page_retry_and_delete(store):

@@ -43,7 +43,8 @@ def test_a_typo_in_the_grid_is_one_line_error(tmp_path):
                        ("policies: [fifo, tiresas]\n", "tiresias"),
                        ("policies: [fifo]\npolicy_options: {fifo: {nope: 1}}\n", "nope"),
                        ("policies: [fifo]\nreference: drf\n", "reference"),
-                       ("policies: [fifo]\nloads: [0]\n", "load")]:
+                       ("policies: [fifo]\nloads: [0]\n", "load"),
+                       ("policies: [fifo]\nloads: [0.8, 3]\n", "load must be a number from 0.05 to 2")]:
         with pytest.raises(ConfigError, match=said):
             load_grid(_grid(tmp_path, text))
     result = CliRunner().invoke(app, ["sweep", str(_grid(tmp_path, "policies: [fifo]\nsede: 3\n"))])
@@ -95,7 +96,7 @@ def test_sweep_on_ray_equals_the_cells_run_one_by_one_and_compare(tmp_path):
 
     summary = json.loads(out.stdout[out.stdout.index("["):])[0]
     row = table[table["key"] == cell.key].iloc[0]
-    assert cell.labels()["seed"] == 1 and row["mean_jct_h"] * 3600 == pytest.approx(summary["mean_jct"], rel=1e-12)
+    assert cell.labels()["seed"] == 1 and row["mean_jct_h"] * 3600 == pytest.approx(summary["mean_jct_s"], rel=1e-12)
     assert row["finished"] == summary["finished"] and row["restarts"] == summary["restarts"]
 
 

@@ -58,31 +58,38 @@ def _run(
     load: Optional[float] = None,
     overwrite: bool = False,
     variability: Optional[str] = None,
+    columns: Optional[str] = None,
+    seeds: Optional[int] = None,
 ) -> None:
+    from collections import Counter
+
     from dlsched.experiment import prepare_run, run_policies
     from dlsched.metrics.report import holds_report, write_report
     from dlsched.output_folder import OutputFolder
-    from dlsched.metrics.table import render_table, summary_rows
+    from dlsched.metrics.table import (FORMATS, column_keys, format_rows, interval_rows, render_intervals,
+                                       render_table, seed_intervals)
     from dlsched.policies.registry import DEFAULT_POLICIES, check_options, parse_policy_list
     from dlsched.paths import describe_traces, traces_dir
-    from dlsched.run_config import load_run_config, with_flags
+    from dlsched.run_config import dump_run_config, load_run_config, with_flags
     from dlsched.traces.profiles import PROFILE_MODES
 
-    if output_format not in ("table", "json"):
-        raise DlschedError(f"--format must be 'table' or 'json', not {output_format!r}")
+    if output_format not in FORMATS:
+        raise DlschedError(f"--format must be one of {', '.join(FORMATS)}, not {output_format!r}")
+    shown_columns = column_keys(columns)
     if profiles is not None and profiles not in PROFILE_MODES:
         raise DlschedError(f"--profiles must be one of {', '.join(PROFILE_MODES)}, not {profiles!r}")
     cfg = with_flags(load_run_config(config), trace=trace, trace_format=trace_format, cluster=cluster_name,
                      policies=None if policies is None else parse_policy_list(policies), limit=limit,
-                     elastic=elastic, profiles=profiles, seed=seed, variability=variability)
+                     elastic=elastic, profiles=profiles, seed=seed, variability=variability, traces=traces,
+                     seeds=seeds)
     names = cfg.policies or list(DEFAULT_POLICIES)
     for n in names:  # every policy's options checked before the first one runs
         check_options(n, cfg.policy_options.get(n, {}))
     folder = OutputFolder(out or (Path(cfg.out) if cfg.out else None), "dlsched-report", overwrite, holds_report,
                           what="a report")
     folder.check()  # before loading the trace and running, not after
-    quiet = output_format == "json"
-    root = traces_dir(traces)
+    quiet = output_format != "table"  # stdout carries only the rows
+    root = traces_dir(cfg.traces)
 
     prepared = prepare_run(cfg, names, root, load)
     workload, cluster, throughput, sizing = prepared.workload, prepared.cluster, prepared.throughput, prepared.sizing
@@ -105,31 +112,43 @@ def _run(
         if prepared.variability_note:
             console.print(f"[bold]machines[/] {prepared.variability_note}")
 
-    total = len(workload.jobs)
+    seed_list = [cfg.sim.seed + k for k in range(cfg.seeds)]
+    runs_of_seeds: list[list] = []
     with Progress(
         TextColumn("{task.description:<14}"), BarColumn(), MofNCompleteColumn(), TextColumn("jobs ended"),
         TimeElapsedColumn(), console=err_console, disable=quiet,
     ) as bar:
-        tasks = {n: bar.add_task(n, total=total) for n in names}
-        last = {"t": 0.0}
+        for k, s in enumerate(seed_list):
+            # each seed its own workload draws (profiles, speeds) and engine: the first is the report's run
+            this = prepared if k == 0 else prepare_run(cfg.model_copy(update={"sim": cfg.sim.model_copy(
+                update={"seed": s})}), names, root, load)
+            total = len(this.workload.jobs)
+            label = "" if len(seed_list) == 1 else f" seed {s}"
+            tasks = {n: bar.add_task(n + label, total=total) for n in names}
+            last = {"t": 0.0}
 
-        def progress(name: str, t: float, ended: int) -> None:
-            now = time.monotonic()
-            if now - last["t"] > 0.1:
-                last["t"] = now
-                bar.update(tasks[name], completed=ended)
+            def progress(name: str, t: float, ended: int) -> None:
+                now = time.monotonic()
+                if now - last["t"] > 0.1:
+                    last["t"] = now
+                    bar.update(tasks[name], completed=ended)
 
-        comparison = run_policies(
-            workload.jobs, cluster, names, throughput, cfg.sim, options, on_progress=progress,
-            node_events=prepared.node_events,
-        )
-        for run in comparison.runs:
-            bar.update(tasks[run.name], completed=total)
+            done = run_policies(
+                this.workload.jobs, this.cluster, names, this.throughput, cfg.sim.model_copy(update={"seed": s}),
+                this.options, on_progress=progress,
+                node_events=this.node_events,
+            )
+            for run in done.runs:
+                bar.update(tasks[run.name], completed=total)
+            runs_of_seeds.append(done.results)
+            if k == 0:
+                comparison = done
 
     results = comparison.results
     notes = [n for n in (workload.attribution, *workload.notes, oracle_note and f"Oracles: {oracle_note}.",
                          utility_note and f"Utility: {utility_note}.", slot_note and f"Slots: {slot_note}.",
-                         prepared.variability_note and f"Machines: {prepared.variability_note}.", describe_traces(root)) if n]
+                         prepared.variability_note and f"Machines: {prepared.variability_note}.",
+                         describe_traces(root, Counter(throughput.served_by(j) for j in workload.jobs))) if n]
     notes += sizing.notes() + [f"simulated in {r.wall_seconds:.1f} s wall time: {r.name}" for r in comparison.runs]
     said = [n for r in comparison.runs for n in r.notes]
     notes += said
@@ -139,14 +158,30 @@ def _run(
     out_dir, moved = folder.claim()
     if moved:
         (err_console if quiet else console).print(f"[bold]report[/]   {moved}", highlight=False, soft_wrap=True)
+    run_file = dump_run_config(cfg, out_dir, policies=names, load=load, traces=root)  # run.yaml: re-runs this report
+    if len(seed_list) > 1:
+        long, mean, half = seed_intervals(runs_of_seeds, seed_list)
+        notes.append(f"Seeds {', '.join(map(str, seed_list))}: the plots, jobs.csv and summary.csv are seed "
+                     f"{seed_list[0]}'s run; seeds.csv holds every seed's summary row and intervals.csv the mean "
+                     "over the seeds with its 95% Student-t interval (the console table shows those).")
     index = write_report(
         results, out_dir, title=f"dlsched: {workload.name} on {cluster.name}", workload=f"{workload.name} "
-        f"({len(workload.jobs)} jobs, {workload.source})", cluster_desc=cluster.describe(), notes=notes,
+        f"({len(workload.jobs)} jobs, {workload.source})", cluster_desc=cluster.describe(), notes=notes, run=run_file,
     )
-    if quiet:
-        print(json.dumps(summary_rows(results), indent=2))
+    title = f"{workload.name} on {cluster.name}"
+    if len(seed_list) > 1:
+        long.to_csv(out_dir / "seeds.csv", index=False)
+        (out_dir / "intervals.csv").write_text(interval_rows(mean, half, "csv"))
+        if quiet:
+            print(interval_rows(mean, half, output_format, shown_columns), end="")
+            return
+        console.print(render_intervals(mean, half, seed_list, title=title, columns=shown_columns))
+        console.print(f"report: [bold]{index}[/] (seed {seed_list[0]}'s run; seeds.csv, intervals.csv)")
         return
-    console.print(render_table(results, title=f"{workload.name} on {cluster.name}"))
+    if quiet:
+        print(format_rows(results, output_format, shown_columns), end="")
+        return
+    console.print(render_table(results, title=title, columns=shown_columns))
     console.print(f"report: [bold]{index}[/] (plots, per-job CSV/Parquet, summary.csv)")
 
 
@@ -176,13 +211,25 @@ _PROFILES = typer.Option(None, "--profiles", help="Measured job behaviour: 'auto
                          "ElasticFlow curve, e.g. the ITP deadline traces), 'draw' (also give every duration-only job a measured curve "
                          "that fits its size, drawn with --seed and recorded in jobs.csv), 'off' (duration-only, the old baseline).")
 _LOAD = typer.Option(None, "--load", help="Size the cluster to this offered load (GPU-time the jobs demand / GPU-time the "
-                     "cluster has while they arrive), from whole nodes of the chosen cluster's node shapes, e.g. 0.8. "
-                     "Every run prints its offered load; below 0.3 policies barely differ.")
+                     "cluster has while they arrive; for a burst of arrivals shorter than the median job, until the "
+                     "last job could end), from whole nodes of the chosen cluster's node shapes, e.g. 0.8; "
+                     "0.05 to 2. Every run prints its offered load and warns below 0.3 (policies barely differ) "
+                     "and above 1.2 (overloaded: the queue grows for the whole arrival span).")
 _VARIABILITY = typer.Option(None, "--variability", help="Machine speeds (docs/HETERO.md): 'static' (same-model GPUs "
                             "~8% apart, rare 1.5x-slow outliers), 'fluctuating' (plus drift, stragglers, contention), "
                             "'strong', or 'steady'; drawn by --seed, with per-GPU-type prices so fees are reported. "
                             "Default: the cluster's own speeds, no fees.")
-_FORMAT = typer.Option("table", "--format", "-f", help="'table' (console table + report) or 'json' (summary rows on stdout, for scripts).")
+_FORMAT = typer.Option("table", "--format", "-f", help="'table' (the deciding columns that fit the terminal, a legend, "
+                       "and the report), or the rows alone on stdout for scripts: 'csv' (summary.csv's columns, hours), "
+                       "'markdown', 'json' (every summary value; units in the keys: _s seconds, _h hours, _usd; "
+                       "utilization and ratios 0..1). The report is written in every format.")
+_SEEDS = typer.Option(None, "--seeds", help="Run every policy with N seeds (--seed, --seed + 1, ...: the engine, the "
+                      "policies and any drawn profiles or machine speeds) and show the means with 95% Student-t "
+                      "intervals; the report's plots and jobs.csv are the first seed's, seeds.csv and intervals.csv "
+                      "hold the rest. Default 1.")
+_COLUMNS = typer.Option(None, "--columns", help="Comma-separated columns for the table, csv or markdown output, by "
+                        "summary.csv's header (e.g. mean_jct_h,p99_jct_h,preemptions). Default: as many deciding "
+                        "columns as fit the terminal.")
 _TRACES = typer.Option(None, "--traces", help="Shared traces folder (measured throughput tables, DL2 constants, Pollux profiles). "
                        "Default: $DLSCHED_TRACES, else ../shared/traces beside the source checkout; never the working directory.")
 
@@ -205,10 +252,12 @@ def simulate(
     load: Optional[float] = _LOAD,
     overwrite: bool = _OVERWRITE,
     variability: Optional[str] = _VARIABILITY,
+    columns: Optional[str] = _COLUMNS,
+    seeds: Optional[int] = _SEEDS,
 ) -> None:
     """Simulate policies on a workload (default: the baselines and the published systems on the embedded ITP slice) and write a report."""
     _run(trace, trace_format, cluster, policies, out, seed, config, limit, elastic, output_format, traces, profiles, load,
-         overwrite, variability)
+         overwrite, variability, columns, seeds)
 
 
 @app.command()
@@ -229,10 +278,12 @@ def compare(
     load: Optional[float] = _LOAD,
     overwrite: bool = _OVERWRITE,
     variability: Optional[str] = _VARIABILITY,
+    columns: Optional[str] = _COLUMNS,
+    seeds: Optional[int] = _SEEDS,
 ) -> None:
     """Run several policies on one trace: prints the comparison and writes the report folder."""
     _run(trace, trace_format, cluster, policies, out, seed, config, limit, elastic, output_format, traces, profiles, load,
-         overwrite, variability)
+         overwrite, variability, columns, seeds)
 
 
 # --------------------------------------------------------------------------- listings
@@ -241,13 +292,14 @@ def compare(
 @app.command("policies")
 @_friendly
 def list_policies() -> None:
-    """List the scheduling policies."""
-    from dlsched.policies.registry import BASELINES, POLICIES, PUBLISHED
+    """List the scheduling policies (installed plugins too: docs/PLUGINS.md)."""
+    from dlsched.policies.registry import describe_policies
 
-    width = max(map(len, POLICIES)) + 2
-    for name, (_, _, desc) in POLICIES.items():
-        mark = " (baseline)" if name in BASELINES else " (published system)" if name in PUBLISHED else ""
-        console.print(f"[bold]{name:<{width}}[/]{desc}{mark}")
+    rows = describe_policies()
+    width = max(len(name) for name, _, _ in rows) + 2
+    for name, desc, kind in rows:  # a plugin's text is its author's: printed through safe()
+        mark = f" ({kind})" if kind else ""
+        console.print(f"[bold]{safe(name):<{width}}[/]{safe(desc)}{safe(mark)}")
 
 
 @app.command("presets")
@@ -271,6 +323,18 @@ def trace_formats() -> None:
 
     for name, desc in FORMATS.items():
         console.print(f"[bold]{name:<14}[/]{desc}")
+
+
+@trace_app.command("sources")
+@_friendly
+def trace_sources(
+    output_format: str = typer.Option("table", "--format", "-f", help="'table' or 'json'."),
+    traces: Optional[Path] = _TRACES,
+) -> None:
+    """Where each supported trace and measured table comes from: public copy, licence, folder, command."""
+    from dlsched.traces.sources import print_sources
+
+    print_sources(output_format, traces, console)
 
 
 @trace_app.command("validate")

@@ -46,6 +46,15 @@ def _results_folder(out: Optional[Path], default: str, overwrite: bool) -> Path:
     return path
 
 
+def _print_frame(df, digits: int = 3, title: str = "", index: bool = False) -> None:
+    """A results frame on the console through the comparison's renderer (`frame_renderables`):
+    blocks that fit the terminal, never a frame wrapped into fragments."""
+    from dlsched.metrics.table import frame_renderables
+
+    for table in frame_renderables(df.reset_index() if index else df, title=title, digits=digits):
+        _console.print(table)
+
+
 @contextmanager
 def _steps(label: str, total: int) -> Iterator[Callable[[str], None]]:
     """A transient progress bar of `total` steps; the callback advances it, showing what was done."""
@@ -95,7 +104,7 @@ def oasis_experiment(
         out = _results_folder(out, "oasis-results", overwrite)
         with _steps("trace", len(names)) as step:
             df = exp.run_trace(trace, limit, names, out, step=step, workers=workers, address=ray_address)
-        _console.print(df.to_string(index=False))
+        _print_frame(df)
         _console.print(f"wrote {out}/trace_table.csv")
         return
     try:
@@ -112,15 +121,15 @@ def oasis_experiment(
         with _steps("OASiS variants", len(exp.VARIANTS)) as step:
             df, stats = exp.run_variants(out, max(counts), seed=0, step=step, workers=workers,
                                          address=ray_address)
-        _console.print(df.round(4).to_string(index=False))
+        _print_frame(df, digits=4)
         _console.print("workload: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in stats.items()))
         _console.print(f"wrote {out}/variants_table.csv and {out}/variants.md")
         return
     total = (len(counts) + 1) * len(seed_list) * len(exp.POLICIES)
     with _steps("OASiS Fig. 3 + Fig. 4", total) as step:
         res = exp.run_experiment(out, counts, seed_list, step=step, workers=workers, address=ray_address)
-    _console.print(res["fig3"].round(3).to_string())
-    _console.print(res["fig4"].round(2).to_string(index=False))
+    _print_frame(res["fig3"], index=True, title="Fig. 3")
+    _print_frame(res["fig4"], digits=2, title="Fig. 4")
     t = res["timing"]
     _console.print(f"OASiS decision time per arrival: mean {t['mean_ms']:.1f} ms, max {t['max_ms']:.1f} ms")
     _console.print(f"wrote tables and plots to {out}/")
@@ -160,7 +169,7 @@ def dragon_experiment(
         f"nodes spanned per job: DRAGON {h['nodes_spanned_dragon']:.2f}, kube-default {h['nodes_spanned_kube']:.2f}; "
         f"held GPU·h: DRAGON {h['held_gpu_hours_dragon']:.2f}, kube-default {h['held_gpu_hours_kube']:.2f}"
     )
-    _console.print(report.ablation.round(3).to_string(index=False))
+    _print_frame(report.ablation, title="ablation")
     _console.print(f"wrote {', '.join(str(f) for f in report.files)}")
 
 
@@ -228,6 +237,7 @@ def qos_experiment(
     seed: int = typer.Option(0, "--seed", help="First seed of the synthetic workload (also the simulator's seed)."),
     seeds: int = typer.Option(5, "--seeds", min=1, help="Synthetic workloads drawn (seeds seed..seed+N-1); figures are means over them. --quick uses 1."),
     itp: Optional[Path] = typer.Option(None, "--itp", help="One ITP deadline trace to use instead of the default two (shared traces' elasticflow/195job.csv and cluster10.csv)."),
+    traces: Optional[Path] = typer.Option(None, "--traces", help="Shared traces folder (the ITP deadline traces, measured tables). Default: $DLSCHED_TRACES, else ../shared/traces."),
     restart_overhead: float = typer.Option(10.0, "--restart-overhead", min=0, help="Seconds a resized job pauses (the prototype's start-up + load delay)."),
     overwrite: bool = _OVERWRITE,
     workers: int = _WORKERS,
@@ -237,22 +247,25 @@ def qos_experiment(
     JCT and utilization of allocated resources for QoS vs default Kubernetes, FIFO, EDF and the
     autoscaler alone, on a paper-like synthetic workload and the ITP deadline trace, each with
     insufficient and sufficient resources; plus the completion predictor's error."""
+    from dlsched.cli_support import use_shared_traces
     from dlsched.config import Seed, check_flag
     from dlsched.experiments.qos import run_qos
 
     check_flag(seed, Seed, "--seed")
     check_flag(seed + seeds - 1, Seed, "--seed + --seeds - 1")
+    if traces is not None:  # exported, so that the cells (in this process or on Ray) read the same root
+        use_shared_traces(traces, "the QoS experiment")
     out = _results_folder(out, "qos-results", overwrite)
     res = run_qos(out, quick=quick, seed=seed, seeds=1 if quick else seeds, itp=itp,
                   restart_overhead=restart_overhead, console=_console, workers=workers,
                   address=ray_address)
     cols = ["workload", "resources", "nodes", "policy", "runs", "deadline_met", "feasible_met", "rejected", "mean_jct_s", "alloc_util"]
-    _console.print(res["summary"][cols].round(3).to_string(index=False))
+    _print_frame(res["summary"][cols], title="summary")
     g = res["gain_summary"]
-    _console.print(g[g.baseline.isin(["kube-default", "kube-autoscale"])].round(3).to_string(index=False))
+    _print_frame(g[g.baseline.isin(["kube-default", "kube-autoscale"])], title="gains over the Kubernetes baselines")
     e = res["errors"]
     if len(e):
-        _console.print(e[e.source == "all"].round(3).to_string(index=False))
+        _print_frame(e[e.source == "all"], title="prediction error")
     _console.print(f"wrote tables and plot to {out}/")
 
 
@@ -278,12 +291,12 @@ def dl2_experiment(
         report = run_dl2_experiment(out, str(model) if model else None, str(warmup_only) if warmup_only else None,
                                     str(rl_only) if rl_only else None, traces, real_trace, on_step=step,
                                     workers=workers, address=ray_address)
-    _console.print(report.summary.round(3).to_string(index=False))
+    _print_frame(report.summary)
     for k, v in report.ratios.items():
         _console.print(f"{k}: {v:.3f}")
     _console.print(f"paper: dl2/drf ≤ {PAPER['vs_drf']}, dl2/optimus ≤ {PAPER['vs_optimus']}")
     if report.trace is not None:
-        _console.print(report.trace.round(2).to_string(index=False))
+        _print_frame(report.trace, digits=2, title="real trace")
     _console.print(f"wrote {', '.join(str(f) for f in report.files)}")
 
 
@@ -345,13 +358,13 @@ def real_traces_experiment(
     utility vs fifo). The full run takes about 1.5 hours on 2 cores; --quick takes a few minutes."""
     from dlsched.core.errors import ConfigError
     from dlsched.experiments import real_traces as exp
-    from dlsched.paths import traces_dir
+    from dlsched.paths import missing_traces_hint, traces_dir
     from dlsched.policies.registry import parse_policy_list
 
     check_writable_folder(out)  # not an OutputFolder: rerunning into it resumes, by design
     root = traces_dir(traces)
     if root is None:
-        raise ConfigError("the real-traces experiment needs the shared traces (--traces DIR or $DLSCHED_TRACES)")
+        raise ConfigError(f"the real-traces experiment needs the shared traces: {missing_traces_hint()}")
     chosen = dict(exp.QUICK_CASES if quick else exp.CASES)
     if cases:
         wanted = [c.strip() for c in cases.split(",") if c.strip()]

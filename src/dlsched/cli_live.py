@@ -136,15 +136,42 @@ def read_job_file(path: Path) -> list:
 # --------------------------------------------------------------------------- rendering
 
 
-def _ago(t: float | None) -> str:
-    if t is None:
+def _span(seconds: float | None) -> str:
+    """A length of time for a person: 4.2s, 59s, 12m03s, 5h07m ("–" when not known)."""
+    if seconds is None:
         return "–"
-    s = max(0.0, time.time() - t)
-    if s < 120:
-        return f"{s:.0f}s ago"
-    if s < 7200:
-        return f"{s / 60:.0f}m ago"
-    return f"{s / 3600:.1f}h ago"
+    s = max(0.0, float(seconds))
+    if s < 10:
+        return f"{s:.1f}s"
+    if s < 60:
+        return f"{s:.0f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+
+
+def _ago(t: float | None) -> str:
+    return "–" if t is None else f"{_span(time.time() - t)} ago"
+
+
+def _took(job: dict) -> str:
+    """An ended job's time from submit to end and, when the store knows it, how long it ran
+    (the rest it queued); "–" while it has not ended. Both come from the API's job view."""
+    took = job.get("duration_s")
+    if took is None:
+        return "–"
+    ran = job.get("run_time_s")
+    return _span(took) + (f" (ran {_span(ran)})" if ran is not None else "")
+
+
+def _age(job: dict) -> str:
+    """The table's `age`: time in the system, submit → now, or → its end once it ended (then
+    with its run time, as `_took`). One column instead of "submitted … ago" beside "took": for a
+    job still in the system the two are the same number."""
+    if job.get("duration_s") is not None:
+        return _took(job)
+    t = job.get("submitted_at")
+    return "–" if t is None else _span(time.time() - t)
 
 
 def _progress(job: dict) -> str:
@@ -172,19 +199,42 @@ def _why(job: dict) -> str:
     return reason
 
 
+def _dir_cells(jobs: list[dict]) -> tuple[list[str], str]:
+    """The job dir cell of each row and the caption under the table. The folders of one service
+    share a parent (`<work dir>/jobs/`): that is said once below the table and each row shows its
+    folder's name, so a row stays narrow; folders with different parents are shown whole."""
+    from pathlib import PurePath
+
+    dirs = [j.get("job_dir") for j in jobs]
+    parents = {str(PurePath(d).parent) for d in dirs if d}
+    if len(parents) != 1:
+        return [d or "–" for d in dirs], ""
+    parent = parents.pop()
+    return [PurePath(d).name + "/" if d else "–" for d in dirs], f"job dirs are in {parent}/"
+
+
 def _jobs_table(jobs: list[dict], title: str) -> Table:
-    table = Table(title=title, title_justify="left")
-    for col in ("id", "name", "model", "status", "progress", "size", "nodes", "steps/s", "loss", "submitted", "why"):
-        table.add_column(col, no_wrap=col not in ("name", "nodes", "why"), overflow="fold")
-    for j in jobs:
+    """The jobs, one row each. The job dir column is left out when no job shown has a folder yet
+    (a column of dashes only costs the `why` column width)."""
+    cells, where = _dir_cells(jobs)
+    columns = ["id", "name", "model", "status", "progress", "size", "nodes", "steps/s", "loss", "age", "why"]
+    if any(j.get("job_dir") for j in jobs):
+        columns.append("job dir")
+    notes = ["age: since submit, until the end once ended (ran: time running)", where]
+    table = Table(title=title, title_justify="left", caption="\n".join(safe(n) for n in notes if n),
+                  caption_justify="left")
+    for col in columns:
+        table.add_column(col, no_wrap=col not in ("name", "nodes", "age", "why", "job dir"), overflow="fold")
+    for j, folder in zip(jobs, cells):
         spec = j["spec"]
         size = (f"{j['workers']}w" + (f"+{j['ps']}ps" if j["ps"] else "")) if j["status"] == "running" else "–"
-        table.add_row(
+        row = [
             safe(j["id"]), safe(j.get("name") or ""), safe(f"{spec['model']}/{spec['mode']}"), _status(j),
             _progress(j), size, safe(", ".join(j.get("nodes", []))),
             f"{j['steps_per_s']:.1f}" if j.get("steps_per_s") else "–",
-            f"{j['loss']:.4g}" if j.get("loss") is not None else "–", _ago(j.get("submitted_at")), safe(_why(j)[:200]),
-        )
+            f"{j['loss']:.4g}" if j.get("loss") is not None else "–", _age(j), safe(_why(j)[:200]), safe(folder),
+        ]
+        table.add_row(*row[:len(columns)])
     return table
 
 
@@ -215,6 +265,7 @@ def _show_job(job: dict, events: list[dict]) -> None:
         ("submitted", _ago(job.get("submitted_at"))),
         ("started", _ago(job.get("started_at"))),
         ("finished", _ago(job.get("finished_at"))),
+        ("took", _took(job)),
         ("job dir", job.get("job_dir") or "–"),
     ]
     if job["status"] == "queued" and job.get("waiting_reason"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import tempfile
 from pathlib import Path
 from typing import Optional
@@ -79,7 +80,7 @@ def _replay(trace, trace_format, cluster_name, policies, speedup, tick, simulate
     from dlsched.output_folder import OutputFolder
     from dlsched.paths import traces_dir
     from dlsched.policies.registry import check_options, parse_policy_list
-    from dlsched.run_config import load_run_config, with_flags
+    from dlsched.run_config import dump_run_config, load_run_config, with_flags
 
     if output_format not in ("table", "json"):
         raise DlschedError(f"--format must be 'table' or 'json', not {output_format!r}")
@@ -94,7 +95,7 @@ def _replay(trace, trace_format, cluster_name, policies, speedup, tick, simulate
     if len(known) != len(names):
         raise DlschedError("--policies names a policy twice")
     cfg = with_flags(load_run_config(config), trace=trace, trace_format=trace_format, cluster=cluster_name,
-                     limit=limit, elastic=elastic, profiles=profiles, seed=seed)
+                     limit=limit, elastic=elastic, profiles=profiles, seed=seed, traces=traces)
     for n in names:
         if n != KUBE_SCHEDULER:
             check_options(n, cfg.policy_options.get(n, {}))
@@ -102,7 +103,7 @@ def _replay(trace, trace_format, cluster_name, policies, speedup, tick, simulate
                           what="a report")
     folder.check()
     quiet = output_format == "json"
-    root = traces_dir(traces)
+    root = traces_dir(cfg.traces)
     prepared = prepare_run(cfg, known, root, load)
     workload, cluster = prepared.workload, prepared.cluster
     subs = [j.submit_time for j in workload.jobs]
@@ -135,9 +136,17 @@ def _replay(trace, trace_format, cluster_name, policies, speedup, tick, simulate
     out_dir, moved = folder.claim()
     if moved:
         (err_console if quiet else console).print(f"[bold]report[/]   {moved}", highlight=False, soft_wrap=True)
+    replay_options = {"policies": ",".join(names), "speedup": speedup, "tick": tick, "simulate": simulate,
+                      "timeout": timeout}
+    run_file = dump_run_config(
+        cfg, out_dir, policies=None, load=load, traces=root, extra={"replay": replay_options},
+        rerun=f"dlsched replay --config {{run}} -p {shlex.quote(replay_options['policies'])} --speedup {speedup:g} "
+              f"--tick {tick:g} --timeout {timeout:g}" + ("" if simulate else " --no-simulate"),
+        rerun_gives="the same jobs and simulated runs; the replays on the API server follow its timing, so "
+                    "their numbers can move slightly")
     index = write_report(results, out_dir, title=f"dlsched replay: {workload.name} on Kubernetes",
                          workload=f"{workload.name} ({len(workload.jobs)} jobs, {workload.source})",
-                         cluster_desc=comparison.cluster.describe(), notes=notes)
+                         cluster_desc=comparison.cluster.describe(), notes=notes, run=run_file)
     gaps = comparison.gaps()
     (out_dir / "replay.json").write_text(json.dumps({"gaps": gaps, "replays": [
         {"policy": r.result.policy, **r.figures(), "notes": r.notes} for r in comparison.replays]}, indent=2))

@@ -29,6 +29,7 @@ from matplotlib.figure import Figure
 from dlsched.core.cluster import Cluster
 from dlsched.core.job import JobSpec
 from dlsched.core.policy import Named, Policy
+from dlsched.metrics.style import policy_styles
 from dlsched.metrics.table import markdown_table
 from dlsched.paths import traces_dir
 from dlsched.policies.dragon import dragon
@@ -329,7 +330,10 @@ def _plot(report: DragonReport, path: Path) -> None:
     axes = fig.subplots(1, 3)
     for ax, (col, label) in zip(axes, [("mean_jct_min", "mean JCT (min)"), ("gpu_util_compute", "GPU compute utilization"),
                                        ("nodes_spanned", "nodes spanned per job")]):
-        ax.bar(s["policy"], s[col], yerr=s[f"{col}_std"], color="#4c72b0", capsize=3)
+        looks = [st.bar() for st in policy_styles(list(s["policy"]))]
+        bars = ax.bar(s["policy"], s[col], yerr=s[f"{col}_std"], capsize=3)
+        for bar, look in zip(bars, looks):  # each policy in its colour, as in every dlsched plot
+            bar.set(facecolor=look["color"], hatch=look["hatch"], edgecolor=look["edgecolor"])
         ax.set_title(label)
         ax.tick_params(axis="x", rotation=45)
     fig.suptitle("DRAGON vs default Kubernetes and gang FIFO, with ablations (mean ± std over seeds)")

@@ -23,6 +23,7 @@ from matplotlib.figure import Figure
 
 from dlsched.core.errors import ConfigError
 from dlsched.core.utility import classify, with_default_utilities
+from dlsched.metrics.style import policy_styles
 from dlsched.metrics.table import markdown_table
 from dlsched.policies.registry import UTILITY_DRIVEN, make_policy
 from dlsched.sim.config import SimConfig
@@ -196,8 +197,9 @@ def _plots(t3: pd.DataFrame, d4: pd.DataFrame, out: Path) -> None:
     ax = fig.subplots()
     x = np.arange(len(t3.index))
     w = 0.8 / max(1, len(pols))
+    styles = policy_styles(pols)
     for i, p in enumerate(pols):
-        ax.bar(x + i * w, t3[p].to_numpy(), w, label=p)
+        ax.bar(x + i * w, t3[p].to_numpy(), w, label=p, **styles[i].bar())
     ax.set_xticks(x + 0.4 - w / 2, [str(n) for n in t3.index])
     ax.set_xlabel("number of jobs")
     ax.set_ylabel("total utility (mean over seeds)")
@@ -210,7 +212,10 @@ def _plots(t3: pd.DataFrame, d4: pd.DataFrame, out: Path) -> None:
     axes = fig.subplots(1, 2, sharey=True)
     for ax, cls in zip(axes, ("time-critical", "time-sensitive")):
         data = [d4[(d4.policy == p) & (d4.cls == cls)]["delta"].dropna().to_numpy() for p in pols]
-        ax.boxplot([d if len(d) else [np.nan] for d in data], showfliers=False)
+        boxes = ax.boxplot([d if len(d) else [np.nan] for d in data], showfliers=False, patch_artist=True,
+                           medianprops={"color": "black"})
+        for box, st in zip(boxes["boxes"], styles):  # each policy in its colour, as in every dlsched plot
+            box.set(facecolor=st.color, alpha=0.75, hatch=st.hatch, edgecolor="black")
         ax.set_xticks(range(1, len(pols) + 1), pols)
         ax.axhline(0, color="grey", lw=0.8)
         ax.set_title(cls)

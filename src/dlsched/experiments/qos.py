@@ -39,8 +39,9 @@ from dlsched.core.job import JobSpec
 from dlsched.experiments.qos_metrics import (
     PlanRecorder, allocated_utilization, error_summary, fastest_alone, prediction_errors,
 )
+from dlsched.metrics.style import policy_styles
 from dlsched.metrics.table import markdown_table
-from dlsched.paths import traces_dir
+from dlsched.paths import missing_traces_hint, traces_dir
 from dlsched.policies.phases.sizing import ps_for
 from dlsched.policies.phases.placement import even_spread, pack
 from dlsched.policies.registry import make_policy
@@ -112,9 +113,13 @@ def _sources(quick: bool, seeds: list[int], itp_path: Path | None) -> list[Scena
     else:
         root = traces_dir()
         if root is None:
-            raise ConfigError("shared traces folder not found; pass --itp PATH to an ITP deadline trace "
-                              "(elasticflow-itp/elasticflow/195job.csv)")
+            raise ConfigError("the ITP scenarios need the ITP deadline traces: pass --itp PATH to one (e.g. "
+                              f"elasticflow-itp/elasticflow/195job.csv), or {missing_traces_hint('elasticflow-itp/')}")
         paths = [root / f for f in (ITP_FILES[:1] if quick else ITP_FILES)]
+        missing = [str(p) for p in paths if not p.exists()]
+        if missing:
+            raise ConfigError(f"ITP deadline trace(s) not found: {', '.join(missing)}; "
+                              f"{missing_traces_hint('elasticflow-itp/')}")
     for path in paths:
         if not path.exists():
             raise FileNotFoundError(path)
@@ -390,10 +395,11 @@ def _plot(table: pd.DataFrame) -> Figure:
     names = list(POLICIES)
     width = 0.8 / len(names)
     x = np.arange(len(groups))
+    styles = policy_styles(names)
     for i, name in enumerate(names):
         vals = [table[(table.workload == w) & (table.resources == r) & (table.policy == name)].deadline_met.iloc[0]
                 for w, r in groups]
-        ax.bar(x + i * width - 0.4 + width / 2, vals, width, label=name)
+        ax.bar(x + i * width - 0.4 + width / 2, vals, width, label=name, **styles[i].bar())
     ax.set_xticks(x, [f"{w}\n{r}" for w, r in groups])
     ax.set_ylabel("deadline completion rate")
     ax.set_ylim(0, 1.05)

@@ -31,6 +31,7 @@ from scipy import stats
 
 from dlsched.core.errors import ConfigError
 from dlsched.core.utility import with_default_utilities
+from dlsched.paths import missing_traces_hint
 from dlsched.metrics.plots import ci_bars
 from dlsched.policies.oasis_jobs import workload_slots
 from dlsched.policies.registry import DEFAULT_POLICIES, UTILITY_DRIVEN, make_policy
@@ -170,7 +171,8 @@ def load_case(name: str, case: TraceCase, root: Path, seed: int):
     """The jobs (with default utilities), the load-sized cluster and the offered load of one draw."""
     path = root / case.path
     if not path.exists():
-        raise ConfigError(f"{name}: {path} not found (the real-traces experiment needs the shared traces)")
+        raise ConfigError(f"{name}: {path} not found (the real-traces experiment needs the shared traces); "
+                          f"{missing_traces_hint(str(case.path))}")
     w = load_trace(path, case.fmt, limit=case.limit, seed=seed, traces=root, profiles=case.profiles)
     jobs, _ = with_default_utilities(w.jobs)
     throughput = default_throughput(root)
@@ -210,7 +212,7 @@ class RealTraceCell:
         r = simulate(jobs, cluster, make_policy(self.policy, **opts), throughput, SimConfig(seed=self.seed))
         return CellResult({
             **self.labels(), "sim_wall_s": time.perf_counter() - t0, "oracle": bool(r.summary["oracle"]),
-            "cluster": cluster.describe(), "gpus": cluster.total_gpus, "offered_load": ol.load, "jobs": len(jobs),
+            "cluster": cluster.describe(), "gpus": cluster.total_gpus, "offered_load": ol.effective, "jobs": len(jobs),
             "finished": r.summary["finished"], "rejected": r.summary["rejected"], "notes": json.dumps(notes)},
             _job_table(r))
 

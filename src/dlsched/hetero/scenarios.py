@@ -22,7 +22,7 @@ from dlsched.core.job import JobSpec
 from dlsched.framework.packing import fit_count
 from dlsched.hetero.prices import node_prices
 from dlsched.hetero.speeds import VARIABILITY, Variability
-from dlsched.paths import traces_dir
+from dlsched.paths import missing_traces_hint, traces_dir
 from dlsched.presets import load_cluster
 from dlsched.sim.engine import NodeEvent
 
@@ -107,7 +107,7 @@ def _trace_files(traces: str | Path | None) -> list[Path]:
     if not files:
         where = folder if folder is not None else f"<traces root>/{GAVEL_TRACES} (no traces root found)"
         raise ConfigError(f"hetero workloads need Gavel's Philly-derived traces in {where}; "
-                          "give --traces DIR or $DLSCHED_TRACES")
+                          f"{missing_traces_hint(str(GAVEL_TRACES) + '/')}")
     return files
 
 

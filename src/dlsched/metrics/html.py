@@ -7,16 +7,22 @@ Tables go through pandas' `to_html` (which escapes); the rest of the text throug
 Layout: text stays in a readable 1200 px column, but the summary table may use the whole window
 (`.wide`, a full-bleed row of the body's grid) and is compact, with grouped headers: at 1400 px
 every one of its columns is visible without scrolling. On a narrower window it scrolls sideways
-inside its own box, with the policy column kept in view.
+inside its own box, with the policy column kept in view. Its rows come in groups (baselines,
+published systems, other policies), each under a heading row, and each policy's name has a swatch
+of its colour and line style in the plots (`style.py`), so a row and its curve are found together.
 """
 
 from __future__ import annotations
 
 import base64
+import re
 from html import escape
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import pandas as pd
+
+if TYPE_CHECKING:
+    from dlsched.metrics.style import PolicyStyle
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2rem 0;
@@ -40,6 +46,10 @@ table.compact td { white-space: nowrap; } table.compact td:first-child { white-s
 table.compact thead tr:first-child th:not([colspan]) { border-bottom: none; }
 table.compact thead tr:last-child th { font-weight: 500; } table.compact thead tr:last-child th:empty { border-top: none; }
 table.reasons td { text-align: left; }
+table.data tr.kind th { text-align: left; background: #e8eef6; font-weight: 600; padding: .35rem .55rem; }
+.swatch { display: inline-block; width: 1.3em; margin-right: .3em; vertical-align: middle;
+          border-top: 3px solid currentColor; }
+.swatch.published-system { border-top-style: dashed; } .swatch.other { border-top-style: dotted; }
 p.note { background: #fff8e1; border-left: 4px solid #f0c36d; padding: .5rem .8rem; }
 figure { margin: 1.5rem 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { color: #555; font-size: .9rem; }
@@ -59,6 +69,37 @@ def table_html(df: pd.DataFrame, extra_class: str = "", wide: bool = False) -> s
     return f'<div class="{box}">' + df.to_html(index=False, escape=True, border=0, classes=classes) + "</div>"
 
 
+_HEX = re.compile(r"#[0-9a-fA-F]{6}")
+
+
+def grouped_rows(table: str, looks: Sequence["PolicyStyle"], ncols: int) -> str:
+    """`table` (pandas' HTML of a frame whose first column is the policy, rows already ordered by
+    kind) with a heading row before each kind's first row and a swatch of the policy's colour and
+    line style in its name's cell. A table whose body does not have one row per look is returned
+    unchanged (a decoration must never garble the numbers)."""
+    from dlsched.metrics.style import group_title
+
+    start, end = table.find("<tbody>"), table.find("</tbody>")
+    if start < 0 or end < 0:
+        return table
+    rows = table[start + len("<tbody>"):end].split("<tr>")
+    head, rows = rows[0], rows[1:]
+    if len(rows) != len(looks):
+        return table
+    out, kind = [], None
+    for row, look in zip(rows, looks):
+        if look.kind != kind:
+            kind = look.kind
+            out.append(f'<tr class="kind"><th colspan="{ncols}" scope="rowgroup">'
+                       f"{escape(group_title(kind))}</th></tr>\n")
+        if _HEX.fullmatch(look.color):
+            swatch = (f'<span class="swatch {look.kind.replace(" ", "-")}" style="color:{look.color}" '
+                      f'title="{escape(look.kind)}"></span>')
+            row = row.replace("<td>", "<td>" + swatch, 1)
+        out.append("<tr>" + row)
+    return table[:start] + "<tbody>" + head + "".join(out) + table[end:]
+
+
 def page(
     *,
     title: str,
@@ -71,6 +112,8 @@ def page(
     unfinished: pd.DataFrame | None,
     files: Sequence[tuple[str, str]],  # (relative file name, what it holds)
     footer: str,
+    run: Sequence[tuple[str, str]] = (),  # (label, text): how the numbers were made
+    summary_looks: Sequence["PolicyStyle"] = (),  # per summary row, in its order: kind and plot colour
 ) -> str:
     """Assemble the page from parts already computed by the report."""
     parts = [
@@ -88,7 +131,8 @@ def page(
         parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")
     parts += [
         "<h2>Summary</h2>",
-        table_html(summary, "compact", wide=True),
+        grouped_rows(table_html(summary, "compact", wide=True), summary_looks, summary.shape[1])
+        if summary_looks else table_html(summary, "compact", wide=True),
         f'<p class="note">{escape(summary_note)}</p>',
         "<p>JCT and queueing delay are over finished jobs only; “–” means the run produced no value "
         "(no finished job, no job with a deadline). Queueing counts every wait: before the first start "
@@ -107,6 +151,9 @@ def page(
         parts.append("<p>Every job of every policy finished.</p>")
     else:
         parts.append(table_html(unfinished, "reasons"))
+    if run:
+        parts.append('<h2>Reproduce</h2><dl class="meta">'
+                     + "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in run) + "</dl>")
     parts.append("<h2>Files</h2><ul>")
     parts += [f'<li><a href="{escape(name)}">{escape(name)}</a>: {escape(what)}</li>' for name, what in files]
     parts += ["</ul>", f"<footer>{escape(footer)}</footer>", "</body></html>"]

@@ -7,6 +7,10 @@ The timelines are step functions with one sample per event (hundreds of thousand
 trace). Plotting them raw would be slow and unreadable, so each is averaged exactly over a common
 grid of bins (the integral of the step function per bin / bin width); the CDF is drawn from at most
 a few thousand order statistics of the sorted JCTs, which is exact at those points.
+
+Every policy is drawn in its own colour and marker, the same in every report (`style.py`);
+baselines, published systems and other policies differ in line style and marker fill, and a legend
+of more than a few policies lists them in those three groups, each under its heading.
 """
 
 from __future__ import annotations
@@ -16,21 +20,31 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+from matplotlib.artist import Artist
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import PercentFormatter
 
+from dlsched.metrics.style import group_title, policy_styles
+from dlsched.metrics.table import KINDS
 from dlsched.sim.results import SimResult
 
 GRID_POINTS = 500
 CDF_POINTS = 4000
-_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-           "#7f7f7f", "#bcbd22")
-_STYLES = ("-", "--", "-.", ":")
+MARKS_PER_LINE = 8  # markers along each line: enough to follow it, few enough not to clutter
+LEGEND_COLUMNS = 4  # below a 9-inch figure, at most this many columns of entries fit
 
 
-def line_style(i: int) -> dict:
-    """Colour and dash for the i-th policy: distinct for 8 policies even in greyscale or overlapping."""
-    return {"color": _COLORS[i % len(_COLORS)], "linestyle": _STYLES[i % len(_STYLES)], "linewidth": 1.8}
+def marker_positions(y: np.ndarray, i: int, n: int) -> list[int]:
+    """Indices of `y` (its finite points) at which the i-th of n lines shows its marker: evenly
+    spaced, each line shifted by i/n of the spacing, so lines lying on one another still show
+    every marker (NaN-safe, unlike matplotlib's distance-based `markevery`)."""
+    finite = np.flatnonzero(np.isfinite(np.asarray(y, dtype=float)))
+    if len(finite) <= MARKS_PER_LINE:
+        return finite.tolist()
+    step = len(finite) / MARKS_PER_LINE
+    at = (np.arange(MARKS_PER_LINE) + (i + 0.5) / max(n, 1)) * step
+    return finite[np.minimum(at.astype(int), len(finite) - 1)].tolist()
 
 
 @dataclass(frozen=True)
@@ -101,14 +115,37 @@ def _new_figure() -> tuple[Figure, object]:
     return fig, ax
 
 
-def _legend(ax, n: int) -> None:
-    """Inside the axes for a few policies; below them for more, where it cannot hide a line."""
-    if not n:
+def _legend(ax, entries: Sequence[tuple[Artist, str, str]]) -> None:
+    """The legend of (artist, text, kind) entries, grouped baselines / published systems / others.
+
+    A few policies: inside the axes, in that order. More: below the axes, where it cannot hide a
+    line, one block of columns per group headed by the group's name (matplotlib fills a legend
+    column by column, so each group is padded to whole columns)."""
+    if not entries:
         return
-    if n <= 3:
-        ax.legend(loc="best", fontsize=9, framealpha=0.85)
-    else:
-        ax.figure.legend(loc="outside lower center", ncol=min(n, 4), fontsize=9, frameon=False)
+    entries = sorted(entries, key=lambda e: KINDS.index(e[2]))  # stable: the run's order within a group
+    if len(entries) <= 3:
+        ax.legend([e[0] for e in entries], [e[1] for e in entries], loc="best", fontsize=9, framealpha=0.85)
+        return
+    groups = [[e for e in entries if e[2] == k] for k in KINDS]
+    groups = [g for g in groups if g]
+    rows = 3
+    while sum(-(-(len(g) + 1) // rows) for g in groups) > LEGEND_COLUMNS:
+        rows += 1
+    blank = Line2D([], [], linestyle="none")
+    handles: list[Artist] = []
+    texts: list[str] = []
+    headers: list[int] = []
+    for g in groups:
+        headers.append(len(texts))
+        cells = [(blank, group_title(g[0][2]))] + [(h, t) for h, t, _ in g]
+        cells += [(blank, "")] * (-len(cells) % rows)
+        handles += [h for h, _ in cells]
+        texts += [t for _, t in cells]
+    legend = ax.figure.legend(handles, texts, loc="outside lower center", ncol=len(texts) // rows, fontsize=9,
+                              frameon=False, handlelength=3.0, columnspacing=1.5)
+    for i in headers:
+        legend.get_texts()[i].set_fontweight("bold")
 
 
 def to_png(fig: Figure) -> bytes:
@@ -121,8 +158,9 @@ def jct_cdf(results: Sequence[SimResult], labels: Sequence[str]) -> Figure:
     """CDF of JCT over ALL submitted jobs: a policy's curve tops out at its finished fraction, so
     finishing fewer jobs shows as a lower plateau instead of a better-looking curve."""
     fig, ax = _new_figure()
-    drawn = 0
+    drawn: list[tuple[Artist, str, str]] = []
     lo = np.inf
+    styles = policy_styles(labels)
     for i, (label, r) in enumerate(zip(labels, results)):
         jct = np.sort(r.jobs.loc[r.jobs["status"] == "done", "jct"].to_numpy(dtype=float)) / 3600.0
         jct = jct[np.isfinite(jct)]
@@ -137,8 +175,10 @@ def jct_cdf(results: Sequence[SimResult], labels: Sequence[str]) -> Figure:
         pos = jct > 0
         if pos.any():
             lo = min(lo, float(jct[pos][0]))
-        ax.step(jct[pos], frac[pos], where="post", label=f"{label} ({done:,}/{total:,})", **line_style(i))
-        drawn += 1
+        text = f"{label} ({done:,}/{total:,})"
+        (line,) = ax.step(jct[pos], frac[pos], where="post", label=text,
+                          markevery=marker_positions(frac[pos], i, len(results)), **styles[i].line())
+        drawn.append((line, text, styles[i].kind))
     ax.set_xscale("log")
     ax.set_ylim(0, 1.02)
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
@@ -158,6 +198,8 @@ def _timeline_figure(
     fig, ax = _new_figure()
     x = axis.centers
     peak = 0.0
+    styles = policy_styles(labels)
+    drawn: list[tuple[Artist, str, str]] = []
     for i, (label, r) in enumerate(zip(labels, results)):
         tl = r.timeline
         y = bin_average(tl["t"].to_numpy(dtype=float), tl[column].to_numpy(dtype=float), axis.edges)
@@ -165,14 +207,15 @@ def _timeline_figure(
             y = y / per[i]
         if np.isfinite(y).any():
             peak = max(peak, float(np.nanmax(y)))
-        lone = np.isfinite(y).sum() == 1  # a run that lasted an instant: a line would be invisible
-        ax.plot(x, y, label=label, marker="o" if lone else None, **line_style(i))
+        # a run that lasted an instant is one point: its marker shows it where a line would not
+        (line,) = ax.plot(x, y, label=label, markevery=marker_positions(y, i, len(results)), **styles[i].line())
+        drawn.append((line, label, styles[i].kind))
     ax.set_xlabel(f"time since first submission ({axis.unit_name})")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.set_xlim(x[0] - (x[1] - x[0]) / 2, x[-1] + (x[1] - x[0]) / 2)
     ax.set_ylim(bottom=0, top=max(peak * 1.05, 1.0) if per is None else max(1.02, peak * 1.02))
-    _legend(ax, len(results))
+    _legend(ax, drawn)
     return fig
 
 
@@ -196,20 +239,20 @@ def queue(results: Sequence[SimResult], labels: Sequence[str], axis: TimeAxis) -
 
 def ci_bars(summary, ylabel: str, title: str, path, log: bool = False) -> None:
     """Grouped bars with confidence intervals, saved as a PNG at `path`: one group per distinct
-    `group` of `summary` (columns group, policy, value, low, high), one bar per policy. The
-    experiments and the sweep report compare policies across workloads with it."""
-    from matplotlib import colormaps
-
+    `group` of `summary` (columns group, policy, value, low, high), one bar per policy, in the
+    policy's colour (hatched unless a baseline, as in `style.py`). The experiments and the sweep
+    report compare policies across workloads with it."""
     groups, pols = list(dict.fromkeys(summary["group"])), list(dict.fromkeys(summary["policy"]))
     fig = Figure(figsize=(max(8, 1.4 * len(groups) * len(pols) / 4), 4.5))
     ax = fig.subplots()
     width = 0.8 / len(pols)
+    styles = policy_styles(pols)
     for i, p in enumerate(pols):
         dp = summary[summary["policy"] == p].set_index("group").reindex(groups)
         x = np.arange(len(groups)) + i * width
         err = np.vstack([dp["value"] - dp["low"], dp["high"] - dp["value"]]).clip(min=0)
         err = np.nan_to_num(err)  # no interval (one seed): no whisker
-        ax.bar(x, dp["value"], width, yerr=err, capsize=2, label=p, color=colormaps["tab20"](i % 20))
+        ax.bar(x, dp["value"], width, yerr=err, capsize=2, label=p, **styles[i].bar())
     ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2, groups)
     ax.set_ylabel(ylabel)
     if log:  # collapsed schedulers are 100x the best: log scale

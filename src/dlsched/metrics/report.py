@@ -10,9 +10,8 @@ earlier run's report is never replaced silently.
 from __future__ import annotations
 
 import datetime as _dt
-from importlib import metadata
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import pandas as pd
 import pyarrow as pa
@@ -20,8 +19,14 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
 from dlsched.metrics import html, plots
+from dlsched.metrics.style import kind_order, policy_styles
 from dlsched.metrics.table import NA, best_mean_jct_note, comparison_table, display_table, policy_labels
+from dlsched.provenance import version
+from dlsched.run_config import RUN_FILE, RUN_FILE_ALT, written_run_config
 from dlsched.sim.results import SimResult
+
+if TYPE_CHECKING:
+    from dlsched.run_config import RunRecord
 
 TOP_REASONS = 3
 FILES = (
@@ -36,9 +41,11 @@ INDEX = "index.html"
 
 
 def holds_report(folder: Path) -> bool:
-    """Whether `folder` holds any file a report writes (so writing one there would replace it)."""
+    """Whether `folder` holds any file a report writes (so writing one there would replace it); a
+    run.yaml counts only if a report wrote it (the user's own config beside it is not a report)."""
     names = [name for name, _ in FILES] + [*PLOTS, INDEX]
-    return any((Path(folder) / name).exists() for name in names)
+    return any((Path(folder) / name).exists() for name in names) or any(
+        written_run_config(Path(folder) / name) for name in (RUN_FILE, RUN_FILE_ALT))
 
 
 def _with_policy(frames: Sequence[pd.DataFrame], labels: Sequence[str]) -> pa.Table:
@@ -74,13 +81,6 @@ def not_finished_table(results: Sequence[SimResult], labels: Sequence[str]) -> p
     return pd.DataFrame(rows)
 
 
-def _version() -> str:
-    try:
-        return metadata.version("dlsched")
-    except metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return "unknown"
-
-
 def write_report(
     results: list[SimResult],
     out_dir: Path,
@@ -89,8 +89,13 @@ def write_report(
     workload: str,
     cluster_desc: str,
     notes: list[str] | None = None,
+    run: "RunRecord | None" = None,
 ) -> Path:
-    """Write summary.csv, jobs.parquet/.csv, timeline.parquet, three PNGs and index.html; return index.html."""
+    """Write summary.csv, jobs.parquet/.csv, timeline.parquet, three PNGs and index.html; return index.html.
+
+    `run`: the run config already written beside the report (`run_config.dump_run_config`); the
+    page lists it and shows what it records (command, version, commit, trace checksum, seed, every
+    simulation option), so the page alone says how its numbers were made."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     labels = policy_labels(results)
@@ -119,6 +124,7 @@ def write_report(
         (out / name).write_bytes(png)
         rendered.append((alt, png, caption))
 
+    looks, order = policy_styles(labels), kind_order(labels)
     missing = not_finished_table(results, labels)
     any_missing = any(int(r.summary.get("rejected", 0)) + int(r.summary.get("unfinished", 0)) for r in results)
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -127,12 +133,15 @@ def write_report(
         workload=workload,
         cluster_desc=cluster_desc,
         notes=notes or [],
-        summary=display_table(table, grouped=True),
+        # grouped baselines / published systems / others, as on the console (summary.csv keeps the run's order)
+        summary=display_table(table, grouped=True).iloc[order].reset_index(drop=True),
+        summary_looks=[looks[i] for i in order],
         summary_note=best_mean_jct_note(table),
         figures=rendered,
         unfinished=missing if any_missing else None,
-        files=FILES,
-        footer=f"dlsched {_version()} · generated {now}",
+        files=[*FILES, *([(run.path.name, f"the run config that re-runs this report: {run.rerun}")] if run else [])],
+        footer=f"dlsched {version()} · generated {now}",
+        run=run.rows() if run else (),
     )
     index = out / INDEX
     index.write_text(page, encoding="utf-8")

@@ -25,6 +25,7 @@ import numpy as np
 
 from dlsched.core.errors import ConfigError
 from dlsched.core.job import JobSpec
+from dlsched.paths import missing_traces_hint
 from dlsched.traces.profiles import apply_profiles
 from dlsched.traces.registry import load_trace
 from dlsched.throughput.elasticflow import PREFIX
@@ -112,10 +113,11 @@ class TraceWindows:
 
 def itp_windows(traces: Path | None, files: tuple[str, ...], num_jobs: int, first_row: int = 0) -> TraceWindows:
     """Windows of the ITP deadline trace `files` (under the traces root), on their named curves."""
+    hint = missing_traces_hint(f"{ITP_DEADLINE_DIR}/")
     if traces is None:
-        raise ConfigError("ITP training workloads need the shared traces folder (--traces or $DLSCHED_TRACES)")
+        raise ConfigError(f"ITP training workloads need the shared traces folder: {hint}")
     paths = [Path(traces) / ITP_DEADLINE_DIR / f for f in files]
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
-        raise ConfigError(f"ITP deadline trace(s) not found: {', '.join(missing)}")
+        raise ConfigError(f"ITP deadline trace(s) not found: {', '.join(missing)}; {hint}")
     return TraceWindows(paths, num_jobs, first_row)

@@ -36,6 +36,7 @@ from dlsched.sim.config import SimConfig
 from dlsched.sim.convergence import loss_curve
 from dlsched.sim.results import JobTable, SimResult, Timeline
 from dlsched.throughput.base import ThroughputModel
+from dlsched.throughput.trace_files import unserved_hint
 
 
 class Simulator:
@@ -140,6 +141,7 @@ class Simulator:
             if not self.throughput.supports(spec):
                 raise ConfigError(
                     f"job {spec.job_id!r}: throughput model {self.throughput.name!r} does not know model {spec.model!r}"
+                    + unserved_hint(spec.model)
                 )
         for ev in node_events:
             if not 0 <= ev.node < self.cluster.num_nodes or ev.kind not in ("speed", "fail", "join") or (

@@ -102,5 +102,5 @@ class SimCell:
                            prepared.options).runs[0]
         row = comparison_table([run.result]).iloc[0].to_dict()
         row = {"label": row.pop("policy"), **row, "oracle": bool(run.result.summary.get("oracle")),
-               "gpus": prepared.cluster.total_gpus, "offered_load": prepared.sizing.offered.load}
+               "gpus": prepared.cluster.total_gpus, "offered_load": prepared.sizing.offered.effective}
         return CellResult({**self.labels(), **row}, run.result.jobs)

@@ -78,9 +78,14 @@ class SweepGrid(BaseModel):
     @field_validator("loads")
     @classmethod
     def _positive(cls, loads: list[float | None]) -> list[float | None]:
-        if any(x is not None and not (0 < x < float("inf")) for x in loads):
-            raise ValueError("every load must be a positive number (or null: the cluster as given)")
-        return loads
+        """Every load in the range `--load` accepts (`traces.load.check_load`), checked before any cell runs."""
+        from dlsched.core.errors import ConfigError
+        from dlsched.traces.load import check_load
+
+        try:
+            return [None if x is None else check_load(x) for x in loads]
+        except ConfigError as exc:
+            raise ValueError(f"{exc} (or null: the cluster as given)") from None
 
     @model_validator(mode="after")
     def _consistent(self) -> "SweepGrid":

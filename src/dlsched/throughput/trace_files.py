@@ -11,12 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from dlsched.core.errors import ConfigError
-from dlsched.paths import traces_dir
+from dlsched.paths import missing_traces_hint, traces_dir
 
 DL2_SPEED = "dl2/config_speed.txt"
 DL2_CONSTANTS = "dl2/workload_constants.json"
 GAVEL_THROUGHPUTS = "gavel-philly-derived/simulation_throughputs.json"
 POLLUX_PROFILES = "pollux-profiles/traces"
+#: The table from the traces root that jobs of each model prefix run on (the models' PREFIX constants).
+TABLES = {"gavel:": GAVEL_THROUGHPUTS, "pollux:": POLLUX_PROFILES, "dl2:": DL2_SPEED}
 
 
 def find(relative: str, traces: Path | None = None) -> Path | None:
@@ -28,6 +30,16 @@ def find(relative: str, traces: Path | None = None) -> Path | None:
     return p if p.exists() else None
 
 
+def unserved_hint(model: str) -> str:
+    """What to add to "no throughput model knows job X's model": for a model whose measured table
+    lives in the traces root, which table and how to point dlsched at it; "" for any other model.
+    (Without the root, a `pollux:` workload whose profiles sit beside it loads, then cannot run.)"""
+    for prefix, relative in TABLES.items():
+        if model.startswith(prefix):
+            return f" ({prefix} jobs run on {relative} from the traces root; {missing_traces_hint(relative)})"
+    return ""
+
+
 def require(path: Path | str | None, relative: str, what: str) -> Path:
     """An explicit `path`, else `relative` in the traces folder; a clear ConfigError when missing."""
     if path is not None:
@@ -37,8 +49,5 @@ def require(path: Path | str | None, relative: str, what: str) -> Path:
         return p
     p = find(relative)
     if p is None:
-        raise ConfigError(
-            f"{what}: cannot find {relative} in the shared traces folder "
-            "(set DLSCHED_TRACES to the folder that holds it, or pass its path)"
-        )
+        raise ConfigError(f"{what}: cannot find {relative} in the shared traces folder; {missing_traces_hint(relative)}")
     return p

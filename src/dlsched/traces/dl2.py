@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from dlsched.config import validation_problems
 from dlsched.core.errors import ConfigError, TraceError
-from dlsched.paths import traces_dir
+from dlsched.paths import missing_traces_hint, traces_dir
 from dlsched.traces.frame import build_jobs, finalize
 from dlsched.traces.problems import ProblemLog
 from dlsched.traces.workload import Workload
@@ -54,8 +54,8 @@ def constants_path(where: str | Path | None = None) -> Path:
     if p is None or not p.is_file():
         raise TraceError(
             "the DL2 workload needs dl2/workload_constants.json from the shared traces "
-            f"({'not found: ' + str(p) if p is not None else 'no traces folder found'}); set DLSCHED_TRACES "
-            "to the folder holding dl2/. The DL2 data has no license, so dlsched does not ship it."
+            f"({'not found: ' + str(p) if p is not None else 'no traces folder found'}); "
+            f"{missing_traces_hint('dl2/')}. The DL2 data has no license, so dlsched does not ship it."
         )
     return p
 

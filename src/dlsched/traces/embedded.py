@@ -44,6 +44,7 @@ def default_workload(*, measured: bool = True, elastic: bool | None = None, limi
     parsed = (itp.read_deadline if measured else itp.read)(path, log, elastic=bool(elastic))
     frame = finalize(parsed.frame, log) if parsed.frame is not None else None
     log.raise_if_any("embedded default workload is damaged")
+    whole = limit is None or limit >= len(frame)
     frame = sort_and_limit(frame, limit)
     t0 = float(frame["submit_time"].min())
     frame["submit_time"] = frame["submit_time"] - t0
@@ -58,6 +59,22 @@ def default_workload(*, measured: bool = True, elastic: bool | None = None, limi
         attribution=itp.ATTRIBUTION + "; slice shipped with dlsched (see dlsched/data/LICENSE-ITP)",
         dropped=parsed.dropped,
         notes=[f"submit times{' and deadlines' if measured else ''} shifted by -{t0:g} s so the first job "
-               "arrives at 0 (ITP cluster04 clock)"],
+               "arrives at 0 (ITP cluster04 clock)"] + ([_demo_load_note(jobs)] if whole else []),
     )
     return with_profiles(w, "auto" if measured else "off", elastic=elastic, seed=0)
+
+
+def _demo_load_note(jobs: list) -> str:
+    """What load the whole slice runs at on its own cluster, and that it is chosen: overloaded
+    while the jobs arrive, so they queue and the policies differ (data/README.md), but not past
+    what the cluster can catch up with once the arrivals stop. Computed, so it stays true."""
+    from dlsched.presets import load_cluster
+    from dlsched.traces.load import offered_load
+
+    cluster = load_cluster(PRESET)
+    ol = offered_load(jobs, cluster)
+    return (f"the slice is a rush hour on purpose: on its own cluster ({PRESET}, {cluster.total_gpus:,} GPUs) its "
+            f"{ol.window_seconds / 3600:.1f} h of arrivals offer load {ol.load:.2f}, so jobs queue and policies "
+            f"differ, and {ol.horizon_load:.2f} over the {ol.horizon_seconds / 3600:.1f} h until the last job could "
+            f"end, {'so the cluster can catch up once they stop' if ol.horizon_load < 1 else 'more than it can serve'}"
+            "; --load 0.8 gives the same jobs a cluster that keeps up")

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dlsched.paths import traces_dir
+from dlsched.paths import missing_traces_hint, traces_dir
 from dlsched.traces import checks
 from dlsched.traces.frame import MAX_TASKS, Parsed
 from dlsched.traces.problems import ProblemLog
@@ -105,7 +105,8 @@ def read(path: Path, log: ProblemLog, *, elastic: bool = False, seed: int = 0, t
     bs = checks.numbers(df, "batch_size", log, min_value=1, integer=True)
     pdir = profiles_dir(path, traces)
     if pdir is None:
-        log.add(1, "application", "no Pollux profiles found (expected ../traces/<application>/validation-*.csv beside the workload folder, or $DLSCHED_TRACES/pollux-profiles)")
+        log.add(1, "application", "no Pollux profiles found (expected ../traces/<application>/validation-*.csv beside the "
+                f"workload folder, or pollux-profiles/traces/ in the traces root); {missing_traces_hint('pollux-profiles/')}")
         return Parsed(None, **meta)
     profiles = {a: load_profile(pdir / a) for a in set(x for x in app if isinstance(x, str))}
     iters = np.full(len(df), np.nan)

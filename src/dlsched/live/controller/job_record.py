@@ -35,6 +35,7 @@ class LiveJobState(JobState):
     retry_at: float | None = None  # controller time its retry backoff ends (None: not backing off)
     resume_expected: int | None = None  # steps known when its current run was launched (None: adopted)
     resume_noted: str | None = None  # run whose "resume" record was looked at
+    ran_before: float = 0.0  # run seconds the store had when this service took the job in (earlier services, retries)
 
     @classmethod
     def from_view(cls, view, epoch: float, clock: Clock, index: int,
@@ -45,7 +46,7 @@ class LiveJobState(JobState):
         submit = max(0.0, view.submitted_at - epoch)
         spec = view.spec.job_spec(view.id, submit) if spec_of is None else spec_of(view, submit)
         js = cls(spec=spec, index=index, clock=clock, rank=index, train_job=view.spec,
-                 attempt=view.attempt, restarts=view.restarts)
+                 attempt=view.attempt, restarts=view.restarts, ran_before=view.run_time_s or 0.0)
         js.report_progress(float(view.steps_done))
         return js
 
@@ -122,17 +123,36 @@ class JobRecord:
         self.store.add_event(js.job_id, kind, message, data)
 
     def running(self, js: JobState, alloc: Allocation) -> None:
+        """A run started (or was adopted). Its job folder goes into the store here, absolute (a
+        client's working directory is not the service's), and stays there after the job ends:
+        `dlsched status` and the API show where its checkpoints and logs are."""
         view = self.store.get(js.job_id)
         started_at = view.started_at if view is not None and view.started_at else self.clock()
         self.store.set_meta(f"alloc:{js.job_id}", json.dumps(
             {self.cluster.node_names[n]: [w, p] for n, w, p in zip(alloc.nodes, alloc.workers, alloc.ps)}))
         self.store.update(js.job_id, status="running", workers=alloc.num_workers, ps=alloc.num_ps,
                           nodes=self.node_names(alloc), attempt=getattr(js, "attempt", 0), restarts=js.restarts,
-                          started_at=started_at, reason="")
+                          started_at=started_at, reason="", job_dir=str(self.job_dir(js.job_id).absolute()))
+
+    @staticmethod
+    def run_time_s(js: JobState) -> float | None:
+        """Seconds the job held a running allocation over all its runs, earlier services' and
+        retries' included (`LiveJobState.ran_before`); None when it never ran. Written each time a
+        run ends, so what `dlsched status` shows survives the service; only a run still going when
+        a service left running (stopped with `stop_jobs_on_exit: false`, or killed) counts only
+        the time a service watched it."""
+        total = getattr(js, "ran_before", 0.0) + js.run_time
+        return total if total > 0.0 or js.first_start is not None else None
+
+    def save_run_times(self, jobs: list[JobState]) -> None:
+        """Write the run time of jobs left running (a service that stops without stopping them:
+        the next one adopts them and adds on from there)."""
+        self.store.update_many({js.job_id: {"run_time_s": self.run_time_s(js)} for js in jobs})
 
     def queued(self, js: JobState, kind: str, message: str, step: int | None = None, reason: str = "") -> None:
         """The job waits again (preempted, suspended, its run failed, the service restarted)."""
-        fields: dict[str, Any] = {"status": "queued", "workers": 0, "ps": 0, "nodes": []}
+        fields: dict[str, Any] = {"status": "queued", "workers": 0, "ps": 0, "nodes": [],
+                                  "run_time_s": self.run_time_s(js)}
         if step is not None:
             fields["steps_done"] = step
         if reason:
@@ -141,9 +161,14 @@ class JobRecord:
         self.event(js, kind, message, {"step": step if step is not None else int(js.reported_progress)})
 
     def ended(self, js: JobState, label: str, reason: str, finished_at: float | None = None, **fields: Any) -> None:
+        """A terminal state, with its run time. The job folder is recorded again when it exists: a
+        job whose runs started under a version that did not record it shows it once it ends."""
+        folder = self.job_dir(js.job_id).absolute()
+        if folder.is_dir():
+            fields.setdefault("job_dir", str(folder))
         self.store.update(js.job_id, status=label, reason=reason,
                           finished_at=self.clock() if finished_at is None else finished_at,
-                          workers=0, ps=0, nodes=[], **fields)
+                          workers=0, ps=0, nodes=[], run_time_s=self.run_time_s(js), **fields)
         self.event(js, label, reason)
 
     # ------------------------------------------------------------------ each round

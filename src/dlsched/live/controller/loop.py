@@ -289,6 +289,7 @@ class Controller(ControllerDecisions, ControllerObservations, ControllerFailures
         again) or leave them running, to be re-adopted by the next start."""
         with self._round:
             if not stop_jobs:
+                self.record.save_run_times(list(self.state.running.values()))  # the next service adds on
                 return
             running = list(self.state.running.values())
             self._stop_now(running)

@@ -41,6 +41,8 @@ class _Job(_Base):
     reason: Mapped[str] = mapped_column(Text, default="")
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     job_dir: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # nullable, no default: `_add_missing_columns` adds it to an older store as NULL (not known)
+    run_time_s: Mapped[float | None] = mapped_column(Double, nullable=True)
     # server_default: `_add_missing_columns` adds it to a store made before it existed
     waiting_reason: Mapped[str] = mapped_column(Text, default="", server_default="")
     # `<namespace>/<uid>` of the DLJob that stands for this job on Kubernetes: its source, or its mirror

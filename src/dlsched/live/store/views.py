@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from dlsched.live.spec import TrainJob
 
@@ -43,9 +43,22 @@ class JobView(BaseModel):
     restarts: int = 0
     reason: str = ""
     cancel_requested: bool = False
-    job_dir: str | None = None
+    job_dir: str | None = Field(None, description="absolute path, on the service's machine, of the folder its "
+                                "runs write (checkpoints, progress, logs); set when it first starts, kept after "
+                                "it ends")
+    run_time_s: float | None = Field(None, description="seconds it held a running allocation, summed over its "
+                                     "runs; written each time a run ends (None: it never ran)")
     waiting_reason: str = Field("", description="why a queued job waits (the resource that blocks it, the "
                                 "policy's choice, a back-off); empty unless queued")
+
+    @computed_field(description="seconds from submit to its end (queueing included); None until it ended")
+    @property
+    def duration_s(self) -> float | None:
+        """Submit → end: what a user waited for the job, the live service's JCT. Computed, not
+        stored, so it can never disagree with the two times it comes from."""
+        if self.finished_at is None or self.status not in FINISHED:
+            return None
+        return max(0.0, self.finished_at - self.submitted_at)
 
 
 class EventView(BaseModel):
