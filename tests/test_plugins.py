@@ -23,7 +23,7 @@ import pytest
 from dlsched.core.errors import ConfigError
 from dlsched.policies import plugins
 from dlsched.policies.registry import POLICIES, check_policy, describe_policies, make_policy, policy_names
-from tests.test_contract import _live, _sim, actions  # noqa: F401  (the contract's helpers and fixture)
+from tests.test_contract import actions, check_contract  # noqa: F401  (the contract check and its fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "plugin_policy"
@@ -147,12 +147,7 @@ def test_the_plugin_passes_the_policy_contract(site, on_path, tmp_path, actions)
     on_path(site)
     policy = make_policy(NAME)
     assert type(policy).__name__ == "SmallestFirst" and policy.name == NAME and not live_refusal(policy)
-    live_log, failure, statuses = _live(NAME, tmp_path, actions)
-    assert set(statuses.values()) == {"done"}, statuses
-    assert failure, "the timeline's failed run never happened"
-    sim_log, sim_status = _sim(NAME, failure, list(statuses), actions)
-    assert set(sim_status.values()) == {"done"}
-    assert sim_log == live_log
+    check_contract(NAME, tmp_path, actions)
 
 
 def test_dlsched_serve_schedules_with_the_plugin(site, tmp_path):

@@ -120,8 +120,8 @@ def _run(
     ) as bar:
         for k, s in enumerate(seed_list):
             # each seed its own workload draws (profiles, speeds) and engine: the first is the report's run
-            this = prepared if k == 0 else prepare_run(cfg.model_copy(update={"sim": cfg.sim.model_copy(
-                update={"seed": s})}), names, root, load)
+            seeded = cfg.model_copy(update={"sim": cfg.sim.model_copy(update={"seed": s})})
+            this = prepared if k == 0 else prepare_run(seeded, names, root, load)
             total = len(this.workload.jobs)
             label = "" if len(seed_list) == 1 else f" seed {s}"
             tasks = {n: bar.add_task(n + label, total=total) for n in names}
@@ -134,8 +134,8 @@ def _run(
                     bar.update(tasks[name], completed=ended)
 
             done = run_policies(
-                this.workload.jobs, this.cluster, names, this.throughput, cfg.sim.model_copy(update={"seed": s}),
-                this.options, on_progress=progress,
+                this.workload.jobs, this.cluster, names, this.throughput, seeded.sim, this.options,
+                on_progress=progress,
                 node_events=this.node_events,
             )
             for run in done.runs:

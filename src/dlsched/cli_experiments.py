@@ -51,7 +51,7 @@ def _print_frame(df, digits: int = 3, title: str = "", index: bool = False) -> N
     blocks that fit the terminal, never a frame wrapped into fragments."""
     from dlsched.metrics.table import frame_renderables
 
-    for table in frame_renderables(df.reset_index() if index else df, title=title, digits=digits):
+    for table in frame_renderables(df.reset_index() if index else df, _console.width, title, digits):
         _console.print(table)
 
 

@@ -407,13 +407,12 @@ def format_rows(results: Sequence[SimResult], output_format: str, columns: Seque
     """The comparison as text for stdout: 'csv' (summary.csv's columns and units), 'markdown' (the
     report's headers), 'json' (every summary value, units in the keys). `columns` narrows csv/markdown."""
     df = comparison_table(results)
-    if columns is not None:
-        df = df[["policy", *columns]]
     if output_format == "csv":
-        return df.to_csv(index=False)
+        return (df if columns is None else df[["policy", *columns]]).to_csv(index=False)
     if output_format == "markdown":
-        shown = display_table(df) if columns is None else display_table(comparison_table(results))[
-            ["policy", *(_BY_KEY[k].heading for k in columns)]]
+        shown = display_table(df)
+        if columns is not None:
+            shown = shown[["policy", *(_BY_KEY[k].heading for k in columns)]]
         return markdown_table(shown) + "\n"
     if output_format == "json":
         import json
