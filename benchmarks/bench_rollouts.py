@@ -23,7 +23,7 @@ import time
 from dlsched.paths import traces_dir
 from dlsched.policies.dl2 import SHIPPED_MODEL, DL2Policy
 from dlsched.rl.dl2_config import DL2TrainConfig, worker_spec
-from dlsched.rl.model_io import load_model
+from dlsched.models.model_io import load_model
 from dlsched.rl.pools import open_pool
 from dlsched.rl.rollouts import Task, weights_of
 

@@ -216,8 +216,8 @@ def test_dl2_fine_tunes_online_from_measured_progress_in_the_live_loop(tmp_path)
     import torch
 
     from dlsched.policies.dl2 import SHIPPED_MODEL, DL2Policy
-    from dlsched.rl.actor_critic import RLConfig
-    from dlsched.rl.model_io import load_model
+    from dlsched.models.dl2_update import RLConfig
+    from dlsched.models.model_io import load_model
 
     policy = DL2Policy(load_model(SHIPPED_MODEL)[0], slot_seconds=10.0, online=True, rl=RLConfig(batch=8))
     before = [p.detach().clone() for p in policy.net.parameters()]

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from dlsched.core import Cluster, JobSpec
 from dlsched.core.errors import ConfigError
 from dlsched.policies.drf import drf
-from dlsched.rl.dl2_network import DL2Net
+from dlsched.models.dl2_network import DL2Net
 from dlsched.rl.env import SchedulingEnv
-from dlsched.rl.replay import PrioritizedReplay
-from dlsched.rl.slot_builder import ROWS, action_dim
+from dlsched.models.replay import PrioritizedReplay
+from dlsched.models.slot_builder import ROWS, action_dim
 from dlsched.rl.warmup import collect, train_supervised
 from dlsched.sim.config import SimConfig
 from dlsched.sim.engine import simulate
@@ -104,7 +104,7 @@ def test_replay_samples_by_priority_and_clips_errors():
 def test_entropy_bonus_is_dl2s_mean_over_states_and_actions():
     # DL2's network.py: entropy = reduce_mean(p * log p) over the (batch, actions) matrix. A state
     # uniform over k valid actions of A has entropy log k, so the term is log k / A per state.
-    from dlsched.rl.actor_critic import entropy_bonus
+    from dlsched.models.dl2_update import entropy_bonus
 
     mask = torch.tensor([[True, True, False, False], [True, True, True, True]])
     logits = torch.zeros(2, 4).masked_fill(~mask, -1e9)
@@ -129,7 +129,7 @@ def test_credit_modes_on_a_hand_computed_slot():
 
 
 def test_stay_cap_saturates_state_row_1_and_travels_with_the_model(tmp_path):
-    from dlsched.rl.model_io import load_model, save_model
+    from dlsched.models.model_io import load_model, save_model
 
     torch.manual_seed(0)
     net = DL2Net(4, stay_cap=0.5).eval()
@@ -232,7 +232,7 @@ def test_training_pipeline_writes_a_model_and_resumes_without_redoing_work(tmp_p
 
 def test_online_fine_tuning_learns_from_measured_progress_and_changes_the_network():
     from dlsched.policies.dl2 import DL2Policy
-    from dlsched.rl.actor_critic import RLConfig
+    from dlsched.models.dl2_update import RLConfig
 
     torch.manual_seed(0)
     net = DL2Net(4).eval()

@@ -13,8 +13,8 @@ from dlsched.core.cluster import Cluster
 from dlsched.core.errors import ConfigError
 from dlsched.core.job import JobSpec
 from dlsched.policies.dual_agent import VARIANTS, build, dual_agent, load, save
-from dlsched.rl.dual_agent_net import DualAgentNet
-from dlsched.rl.dual_agent_trajectory import Trajectory
+from dlsched.models.dual_agent_net import DualAgentNet
+from dlsched.models.dual_agent_trajectory import Trajectory
 from dlsched.sim.engine import NodeEvent, simulate
 from dlsched.throughput.base import ThroughputModel
 

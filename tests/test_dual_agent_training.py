@@ -55,7 +55,7 @@ def test_validation_is_relative_to_the_teachers_so_an_untrained_network_scores_o
 def test_the_experiment_pairs_policies_by_seed_and_checks_the_claims(tmp_path):
     from dlsched.experiments.dual_agent import run_experiment
     from dlsched.policies.dual_agent import save
-    from dlsched.rl.dual_agent_net import DualAgentNet
+    from dlsched.models.dual_agent_net import DualAgentNet
 
     torch.manual_seed(0)
     save(DualAgentNet(hidden=8), tmp_path / "models" / "full" / "model.pt", {"variant": "full"})

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dlsched.k8s.dljob_crd import API_VERSION, KIND, crd_manifest, spec_schema
+from dlsched.live.api.dljob_crd import API_VERSION, KIND, crd_manifest, spec_schema
 from dlsched.live.spec import TrainJob
 from dlsched.live.store import Store
 from tests.k8s_control_plane import WAIT, control_plane, k8s_client, k8s_namespace, wait_until  # noqa: F401
@@ -173,7 +173,7 @@ def test_the_dljobs_option_is_for_the_kubernetes_backend():
 
 
 def test_status_and_rejection_messages():
-    from dlsched.k8s.dljobs import DLJobInfo, as_train_job, job_status
+    from dlsched.live.api.dljobs import DLJobInfo, as_train_job, job_status
     from dlsched.live.store.views import JobView
 
     view = JobView(id="job-000003", spec=TrainJob(model="mlp", steps=300), status="running", submitted_at=0.0,
@@ -201,7 +201,7 @@ def test_status_and_rejection_messages():
 @pytest.fixture(scope="module")
 def crd(control_plane):
     """The DLJob CRD installed (and Established) on the session control plane."""
-    from dlsched.k8s.dljob_crd import install_crd
+    from dlsched.live.api.dljob_crd import install_crd
 
     with control_plane.client() as client:
         install_crd(client)
@@ -209,7 +209,7 @@ def crd(control_plane):
 
 @pytest.fixture
 def D(crd):
-    from dlsched.k8s.dljob_crd import dljob_resource
+    from dlsched.live.api.dljob_crd import dljob_resource
 
     return dljob_resource()
 
@@ -253,7 +253,7 @@ def service(control_plane, k8s_namespace, crd, tmp_path):
 def sync(control_plane, k8s_namespace, crd, tmp_path):
     """sync(store=None, **options) -> a started DLJobSync without a controller (the store's jobs stay
     queued unless the test moves them); stopped afterwards."""
-    from dlsched.k8s.dljobs import DLJobSync
+    from dlsched.live.api.dljobs import DLJobSync
     from dlsched.live.backends.k8s_api import load_config
 
     made: list = []
@@ -322,7 +322,7 @@ def test_a_rest_job_gets_a_mirror_dljob_that_follows_it(service, k8s_client, k8s
     another job cancels it, and the mirror does not come back."""
     from fastapi.testclient import TestClient
 
-    from dlsched.k8s.dljobs import MIRROR_LABEL
+    from dlsched.live.api.dljobs import MIRROR_LABEL
     from dlsched.live.api import create_app
 
     svc = service()
@@ -432,7 +432,7 @@ def test_the_sync_works_with_the_rbac_rights_only(control_plane, sync, k8s_clien
     from lightkube import ApiError, codecs
 
     from dlsched.k8s.controlplane import RESTRICTED_USER
-    from dlsched.k8s.dljobs import DLJobSync
+    from dlsched.live.api.dljobs import DLJobSync
     from dlsched.live.backends.k8s_api import load_config
 
     for obj in codecs.load_all_yaml((ROOT / "deploy" / "k8s" / "rbac.yaml").read_text()):

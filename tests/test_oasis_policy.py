@@ -123,7 +123,8 @@ def test_trace_jobs_get_a_duration_utility_and_rigid_plans(declared):
     from dlsched.throughput.duration_only import DurationOnly
 
     cluster = Cluster.homogeneous("c", nodes=2, gpus=4, cpus=32, mem=128)
-    pol = OASiS(slot_seconds=600.0, horizon=50) if declared else Oracle(OASiS(slot_seconds=600.0, horizon=50))
+    kw = dict(slot_seconds=600.0, horizon=50, work_conserving=False)  # plans as committed, not run early
+    pol = OASiS(**kw) if declared else Oracle(OASiS(**kw))
     res = simulate(_trace_jobs(declared), cluster, pol, DurationOnly(), SimConfig(restart_overhead=0))
     assert set(res.jobs.status) <= {"done", "rejected"}
     assert (res.jobs.status == "done").sum() >= 3

@@ -100,7 +100,7 @@ def test_oracle_plans_an_elastic_job_at_a_smaller_size_when_its_true_speed_allow
     a = JobSpec("a", 0.0, iterations=300.0, duration=300.0, num_workers=4)
     b = JobSpec("b", 10.0, iterations=300.0, duration=300.0, num_workers=8, min_workers=1, max_workers=8)
     jobs, _ = with_default_utilities([a, b])
-    pol = OASiS(slot_seconds=100.0, horizon=50)
+    pol = OASiS(slot_seconds=100.0, horizon=50, work_conserving=False)  # the plan alone, as committed
     res = simulate(jobs, cluster, Oracle(pol), Flat(), SimConfig(restart_overhead=0))
     assert {a.num_workers for a in pol.plans["b"].values()} == {4}
     assert min(pol.plans["b"]) == 1  # starts in the next slot, beside job a
@@ -115,7 +115,8 @@ def test_a_plan_for_a_later_slot_starts_on_time_on_an_idle_cluster():
             JobSpec("b", 50.0, iterations=100.0, duration=100.0, num_workers=4, work_known=True),
             JobSpec("c", 10000.0, iterations=100.0, duration=100.0, num_workers=1, work_known=True)]
     jobs, _ = with_default_utilities(jobs)
-    pol = OASiS(slot_seconds=100.0, horizon=50)
+    # the plan alone, as committed, at the paper's near-free prices (b is worth 0.25% by then)
+    pol = OASiS(slot_seconds=100.0, horizon=50, work_conserving=False, prices="paper")
     res = simulate(jobs, cluster, pol, DurationOnly(), SimConfig(restart_overhead=0))
     assert min(pol.plans["b"]) == 3  # after a's three slots
     assert res.jobs.set_index("job_id").loc["b", "start"] == pytest.approx(300.0)

@@ -57,11 +57,12 @@ def test_workers_1_trains_exactly_as_the_serial_code_did(tmp_path):
 @pytest.mark.parametrize("backend", ["process", "ray"])
 def test_a_worker_plays_exactly_the_episode_played_in_process(backend):
     from dlsched.policies.dl2 import DL2Policy
-    from dlsched.rl.actor_critic import RLConfig, run_episode
+    from dlsched.models.dl2_update import RLConfig
+    from dlsched.rl.actor_critic import run_episode
     from dlsched.rl.dl2_config import DL2TrainConfig, Validation, make_env, worker_spec
-    from dlsched.rl.dl2_network import DL2Net
+    from dlsched.models.dl2_network import DL2Net
     from dlsched.rl.pools import open_pool
-    from dlsched.rl.replay import PrioritizedReplay
+    from dlsched.models.replay import PrioritizedReplay
     from dlsched.rl.rollouts import Task, collect_rollout, weights_of
 
     cfg = DL2TrainConfig(**TINY)

@@ -19,7 +19,8 @@ from dlsched.cli import app
 from dlsched.core.errors import ConfigError
 from dlsched.sweep.cell import RUN_STAMPS, execute
 from dlsched.sweep.grid import SweepGrid, load_grid
-from dlsched.sweep.report import summarize, t_interval
+from dlsched.metrics.intervals import t_interval
+from dlsched.sweep.report import summarize
 from dlsched.sweep.runner import run_cells
 from dlsched.sweep.store import ResultsStore
 

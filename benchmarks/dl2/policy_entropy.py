@@ -21,8 +21,8 @@ import torch
 
 from dlsched.paths import traces_dir
 from dlsched.rl.dl2_config import DL2TrainConfig, make_env
-from dlsched.rl.dl2_network import DL2Net
-from dlsched.rl.model_io import load_model
+from dlsched.models.dl2_network import DL2Net
+from dlsched.models.model_io import load_model
 
 
 def end_only(window: int) -> DL2Net:

@@ -20,7 +20,7 @@ from dlsched.paths import traces_dir
 from dlsched.policies.dl2 import SHIPPED_TRACE_MODEL, DL2Policy
 from dlsched.policies.registry import make_policy
 from dlsched.presets import load_cluster
-from dlsched.rl.model_io import load_model
+from dlsched.models.model_io import load_model
 from dlsched.sim.config import SimConfig
 from dlsched.sim.engine import simulate
 from dlsched.throughput.registry import default_throughput

@@ -136,7 +136,7 @@ def up(
 
 def _install_crd(cp: Any) -> None:
     """The DLJob CRD, so that `kubectl apply` of a DLJob works on this control plane at once."""
-    from dlsched.k8s.dljob_crd import install_crd
+    from dlsched.live.api.dljob_crd import install_crd
 
     with cp.client() as client:
         install_crd(client)
@@ -146,7 +146,7 @@ def _install_crd(cp: Any) -> None:
 @friendly
 def crd() -> None:
     """Print the DLJob CustomResourceDefinition (YAML), e.g. `dlsched k8s crd | kubectl apply -f -`."""
-    from dlsched.k8s.dljob_crd import crd_yaml
+    from dlsched.live.api.dljob_crd import crd_yaml
 
     print(crd_yaml(), end="")
 

@@ -17,6 +17,8 @@ from typing import Optional
 
 import typer
 
+from dlsched.cli_options import (_CLUSTER, _CONFIG, _ELASTIC, _FORMAT, _LIMIT, _LOAD, _OUT, _OVERWRITE, _PROFILES, _SEED,
+                                 _TRACE, _TRACE_FORMAT, _TRACES)
 from dlsched.cli_support import console, err_console, friendly, safe
 from dlsched.core.errors import DlschedError
 
@@ -27,9 +29,6 @@ DEFAULT_REPLAY = "kube-scheduler,kube-default,dragon,qos"
 
 def register_replay(app: typer.Typer) -> None:
     """Add `dlsched replay` to `app` (its workload options are `dlsched compare`'s own)."""
-    from dlsched.cli import (_CLUSTER, _CONFIG, _ELASTIC, _FORMAT, _LIMIT, _LOAD, _OUT, _OVERWRITE, _PROFILES, _SEED,
-                             _TRACE, _TRACE_FORMAT, _TRACES)
-
     @app.command()
     @friendly
     def replay(

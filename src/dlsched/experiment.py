@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from dlsched.core.cluster import Cluster
-from dlsched.core.job import JobSpec
-from dlsched.policies.registry import make_policy
+from dlsched.core.job import Architecture, JobSpec
+from dlsched.policies.registry import RESIZING, make_policy
 from dlsched.sim.config import SimConfig
 from dlsched.sim.engine import NodeEvent, simulate
 from dlsched.sim.results import SimResult
@@ -81,6 +81,7 @@ class PreparedRun:
     utility_note: str | None = None
     oracle_note: str | None = None
     slot_note: str | None = None
+    rigid_note: str | None = None
     node_events: list[NodeEvent] = field(default_factory=list)
     variability_note: str | None = None
 
@@ -144,4 +145,24 @@ def prepare_run(cfg: "RunConfig", names: Sequence[str], root: Path | None, load:
                 f"oasis plans in {slot:g} s slots over a {horizon}-slot horizon, chosen from the jobs' "
                 f"durations (1/{SLOT_DIVISOR:g} of the 10th percentile; {HORIZON_FACTOR:g}x the longest "
                 "job); set slot_seconds/horizon under policy_options to override")
+    prepared.rigid_note = rigid_note(workload.jobs, names, cfg.profiles, cfg.elastic)
     return prepared
+
+
+def rigid_note(jobs: Sequence[JobSpec], names: Sequence[str], profiles: str, elastic: bool | None) -> str | None:
+    """What a run says when a policy that works by resizing jobs meets jobs it cannot resize (None:
+    no such policy, or no rigid job): how many, why they are rigid, and the flag that changes it."""
+    resizers = [n for n in names if n in RESIZING]
+    # a job on a measured curve that stops improving at its size is not held back by its form: not counted
+    rigid = sum(1 for j in jobs if j.min_workers == j.max_workers and (j.arch is not Architecture.PS or j.min_ps == j.max_ps)
+                and (elastic is False or "profile" not in j.extra))
+    if not resizers or not rigid:
+        return None
+    if elastic is False:
+        why, fix = "--rigid", "drop --rigid to let them"
+    elif profiles == "draw":
+        why, fix = "larger than every measured curve, duration-only", "--elastic lets them"
+    else:
+        why, fix = f"duration-only with --profiles {profiles}", "--profiles draw (the default) or --elastic lets them"
+    return (f"{rigid} of {len(jobs)} jobs are rigid ({why}): {', '.join(resizers)} cannot resize them; "
+            f"{fix} scale (docs/TRACES.md)")

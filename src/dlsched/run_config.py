@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from dlsched.config import flag_problem, read_yaml_model
 from dlsched.core.errors import ConfigError
 from dlsched.sim.config import SimConfig
+from dlsched.traces.profiles import DEFAULT_PROFILES
 
 
 class ThroughputConfig(BaseModel):
@@ -41,7 +42,10 @@ class RunConfig(BaseModel):
     load: float | None = Field(None, gt=0, allow_inf_nan=False,
                                description="size the cluster from its node shapes to this offered load")
     elastic: bool | None = Field(None, description="None: jobs on measured curves elastic, others rigid")
-    profiles: str = Field("auto", pattern="^(auto|draw|off)$", description="measured curves: auto, draw or off")
+    profiles: str = Field(DEFAULT_PROFILES, pattern="^(auto|draw|off)$",
+                          description="measured curves: draw (default: named models on their curve, every other "
+                          "duration-only job on a drawn one), auto (named models only; other jobs rigid, as "
+                          "recorded) or off")
     variability: str | None = Field(None, pattern="^(steady|static|fluctuating|strong)$",
                                     description="machines' speeds (hetero.speeds): static spread, fluctuation and "
                                     "stragglers drawn by the seed, with per-GPU-type prices; None: as the cluster says")

@@ -25,7 +25,7 @@ from dlsched.hetero.scenarios import SCENARIOS
 from dlsched.metrics.table import markdown_table
 from dlsched.policies.registry import HETERO_BASELINES
 from dlsched.sweep.cell import CellResult, content_key
-from dlsched.sweep.report import t_interval
+from dlsched.metrics.intervals import t_interval
 from dlsched.sweep.runner import run_afresh, when_groups_finish
 
 HEURISTICS = HETERO_BASELINES
@@ -47,7 +47,7 @@ def make(policy: str, models: str | None):
     if policy in HEURISTICS:
         return make_policy(policy)
     from dlsched.policies.dual_agent import build, trained
-    from dlsched.rl.dual_agent_net import DualAgentNet
+    from dlsched.models.dual_agent_net import DualAgentNet
 
     variant = LEARNED[policy]
     if variant == "teachers":

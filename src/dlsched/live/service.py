@@ -62,7 +62,7 @@ class ServiceConfig(BaseModel):
     stop_jobs_on_exit: bool = Field(True, description="checkpoint and stop jobs on exit (else leave them for adoption)")
     retry: RetryConfig = Field(default_factory=RetryConfig, description="backoff between failed runs of a job")
     dljobs: bool = Field(True, description="with the kubernetes backend: keep the DLJobs of its namespace and the "
-                         "store in step (kubectl's door, k8s/dljobs.py); by default closed with a warning where the "
+                         "store in step (kubectl's door, live/api/dljobs.py); by default closed with a warning where the "
                          "CRD is not installed, an error when set to true explicitly")
 
     @model_validator(mode="after")
@@ -185,12 +185,12 @@ class Service:
         self.thread: threading.Thread | None = None
 
     def _dljob_sync(self, cfg: ServiceConfig) -> Any:
-        """The DLJob door (`k8s/dljobs.py`) on the Kubernetes backend's namespace, or None: another
+        """The DLJob door (`live/api/dljobs.py`) on the Kubernetes backend's namespace, or None: another
         backend, `dljobs: false`, or (said loudly) no CRD or no right to DLJobs while `dljobs` was
         left at its default. Set explicitly, a door that cannot open is an error."""
         if cfg.backend != "kubernetes" or not cfg.dljobs:
             return None
-        from dlsched.k8s.dljobs import DLJobSync
+        from dlsched.live.api.dljobs import DLJobSync
 
         api = self.backend.api  # the backend's kubeconfig and namespace: one cluster, one namespace
         sync = DLJobSync(self.store, api.config, api.namespace, admission=self.controller.admission_problems,

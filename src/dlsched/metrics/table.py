@@ -24,6 +24,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from dlsched.metrics.intervals import t_interval
 from dlsched.sim.results import SimResult
 
 NA = "–"
@@ -305,9 +306,8 @@ class ComparisonTable:
 def seed_intervals(per_seed: Sequence[Sequence[SimResult]], seeds: Sequence[int]) -> tuple[pd.DataFrame, ...]:
     """`--seeds`: each seed's comparison stacked (a `seed` column first), the mean per policy and
     column over the seeds, and the half-width of its 95% Student-t interval (NaN for one seed), the
-    same interval the sweep runner reports (`sweep.report.t_interval`). Rows keep the first seed's
+    same interval the sweep runner reports (`metrics.intervals.t_interval`). Rows keep the first seed's
     policy order."""
-    from dlsched.sweep.report import t_interval
 
     frames = [comparison_table(r).assign(seed=s) for r, s in zip(per_seed, seeds)]
     long = pd.concat(frames, ignore_index=True)[["seed", "policy", *(c.key for c in COLUMNS)]]

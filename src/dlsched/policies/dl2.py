@@ -2,9 +2,13 @@
 PSs each job gets, one task at a time.
 
 Every `slot_seconds` (DL2: 20 minutes) the policy builds the slot from nothing: each job first
-gets its minimum gang if it fits, then the network is called repeatedly on the 6 × J state and
+gets its minimum gang if it fits (running jobs where they run, then waiting jobs in the order of
+DL2's teacher, DRF), then the network is called repeatedly on the 6 × J state and
 picks one action — a worker, a PS or a bundle for one of the J window jobs, or "end the slot" —
-among the valid ones; each task goes to the least-loaded node. It sees only what a live system
+among the valid ones; each task goes to the least-loaded node. Between slots, an arrival or a
+completion starts waiting jobs at their minimum gang in the same order, without the network (DL2
+on its cluster leaves them waiting up to a slot; on a trace of rigid jobs that idles GPUs for
+nothing, and its teacher DRF reacts at every event). It sees only what a live system
 sees (progress, and the total work only when the job declared it), so the same object runs in
 the live controller. Training is in `dlsched.rl` (`dlsched train dl2`).
 
@@ -37,11 +41,11 @@ from dlsched.core.policy import Policy
 from dlsched.core.job import Architecture
 from dlsched.core.snapshot import JobState, Snapshot
 from dlsched.estimators.progress_predictor import RemainingWork
-from dlsched.rl.actor_critic import RLConfig, update
-from dlsched.rl.dl2_network import DL2Net, choose_action
-from dlsched.rl.model_io import load_model
-from dlsched.rl.replay import PrioritizedReplay
-from dlsched.rl.slot_builder import ROWS, SlotBuilder, action_dim
+from dlsched.models.dl2_update import RLConfig, update
+from dlsched.models.dl2_network import DL2Net, choose_action
+from dlsched.models.model_io import load_model
+from dlsched.models.replay import PrioritizedReplay
+from dlsched.models.slot_builder import ROWS, SlotBuilder, action_dim
 
 _DATA = Path(__file__).resolve().parent.parent / "data"
 SHIPPED_MODEL = _DATA / "dl2_model.pt"
@@ -66,7 +70,7 @@ def trained_kind(meta: dict) -> str | None:
 
 
 class DL2Policy(Policy):
-    on_events = False
+    on_events = True  # between slots: start waiting jobs, no network call (`SlotBuilder(between_slots=True)`)
 
     def __init__(self, net: DL2Net | None, slot_seconds: float = 1200.0, greedy: bool = False, name: str = "dl2",
                  online: bool = False, rl: RLConfig | None = None,
@@ -105,6 +109,7 @@ class DL2Policy(Policy):
         self._slot: list[tuple[np.ndarray, np.ndarray, int]] = []
         self._before: dict[str, tuple] = {}
         self._first = True
+        self._last_slot: float | None = None
         self.notes = []
         if self.choices:  # None again: choose for the next workload at its first decision
             self._use(self._given)
@@ -128,6 +133,9 @@ class DL2Policy(Policy):
             self._first = False
             self._first_decision(snap.running + snap.pending)
         self._remaining.observe(snap.running + snap.pending)
+        if not self._slot_due(snap):  # an arrival or a completion between slots: no network call
+            return SlotBuilder(snap, self.window, self.slot_seconds, self._remaining, between_slots=True).plan()
+        self._last_slot = snap.now
         if self.online:
             self._learn_from_last_slot()
         builder = SlotBuilder(snap, self.window, self.slot_seconds, self._remaining)
@@ -145,6 +153,11 @@ class DL2Policy(Policy):
         if self.online:
             self._before = {j.job_id: (j, j.progress, self._total(j)) for j in builder.jobs}
         return builder.plan()
+
+    def _slot_due(self, snap: Snapshot) -> bool:
+        """A slot boundary (the timer, or the first decision of a run), when the network rebuilds
+        the slot; any other call only starts waiting jobs on free resources."""
+        return "tick" in snap.events or self._last_slot is None or snap.now >= self._last_slot + self.slot_seconds
 
     # ------------------------------------------------------------------ online fine-tuning
     def _total(self, job) -> float:

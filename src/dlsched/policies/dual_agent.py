@@ -41,10 +41,10 @@ from dlsched.policies.phases.agent_placement import AgentPlacement
 from dlsched.policies.phases.realise import realise
 from dlsched.policies.phases.speed_aware import SpeedAwarePlacement
 from dlsched.policies.tiresias import THRESHOLDS, Tiresias
-from dlsched.rl.dual_agent_features import MAX_WAIT_S, global_features, job_features, machine_features, teacher_scores
-from dlsched.rl.dual_agent_net import DualAgentNet
-from dlsched.rl.model_io import load_model, save_model
-from dlsched.rl.dual_agent_trajectory import Trajectory
+from dlsched.models.dual_agent_features import MAX_WAIT_S, global_features, job_features, machine_features, teacher_scores
+from dlsched.models.dual_agent_net import DualAgentNet
+from dlsched.models.model_io import load_model, save_model
+from dlsched.models.dual_agent_trajectory import Trajectory
 
 _DATA = Path(__file__).resolve().parent.parent / "data"
 #: variant -> (shipped model file, what it is)

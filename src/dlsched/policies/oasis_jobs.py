@@ -223,7 +223,8 @@ def _place_in_racks(m: Market, units: np.ndarray, last: int, workers: int, racks
 
 
 def best_rigid_schedule(
-    m: Market, utilities: np.ndarray, workers: int, ps: int, slots_needed: int, racks: Sequence[np.ndarray] | None = None
+    m: Market, utilities: np.ndarray, workers: int, ps: int, slots_needed: int, racks: Sequence[np.ndarray] | None = None,
+    defer: float = 1.0,
 ) -> Schedule:
     """Alg. 2's DP when a slot holds at most one unit (a constant-size job): the K cheapest slots up to t.
 
@@ -259,9 +260,15 @@ def best_rigid_schedule(
     units = np.zeros(m.slots, dtype=np.int64)
     if best_t < 0:
         return Schedule(-np.inf, 0.0, np.inf, -1, units, [], [])
-    units[best_t] = 1
-    if k > 0:
-        units[np.argsort(costs[:best_t], kind="stable")[:k]] = 1
+    late = _deferred(costs, utilities, k, best_t, best_payoff, defer) if defer < 1.0 and best_payoff > 0 else None
+    if late is not None:
+        best_t, best_cost, best_payoff, picked = late
+        units[best_t] = 1
+        units[picked] = 1
+    else:
+        units[best_t] = 1
+        if k > 0:
+            units[np.argsort(costs[:best_t], kind="stable")[:k]] = 1
     if packed:
         xs, zs = _place_packed(m, units, best_t, workers)
     elif in_rack and np.isfinite(costs[units > 0]).all():
@@ -271,13 +278,44 @@ def best_rigid_schedule(
     return Schedule(float(best_payoff), float(utilities[best_t]), float(best_cost), best_t, units, xs, zs)
 
 
+def _deferred(
+    costs: np.ndarray, utilities: np.ndarray, k: int, best_t: int, best_payoff: float, defer: float
+) -> tuple[int, float, float, np.ndarray] | None:
+    """The latest completion slot whose utility is still >= `defer` x the best schedule's, with the
+    k cheapest slots before it (the latest among equal prices), if its payoff stays > 0.
+
+    Why: on an idle future every slot costs ~L, so the best schedule takes the earliest slots and a
+    long job, whose utility barely moves over its own slack, reserves the near future that short
+    jobs arriving next need (they are then rejected: nothing fits while they are worth anything).
+    Committed late, it still runs early in idle room (`OASiS(work_conserving=True)`) and keeps a
+    guarantee of `defer` x its best utility; later arrivals find the near slots free.
+    """
+    floor = defer * utilities[best_t]
+    ok = np.isfinite(costs)
+    before = np.cumsum(ok) - ok  # finite slots before each t
+    cand = np.flatnonzero((utilities >= floor) & ok & (before >= k))
+    cand = cand[cand >= best_t]
+    if not len(cand) or cand[-1] == best_t:
+        return None
+    t = int(cand[-1])
+    prior = costs[:t][::-1]
+    picked = (t - 1 - np.argsort(prior, kind="stable")[:k]) if k > 0 else np.zeros(0, dtype=np.int64)
+    cost = float(costs[t] + costs[picked].sum())
+    payoff = float(utilities[t]) - cost
+    return (t, cost, payoff, picked) if payoff > 0 else None
+
+
 def best_sized_schedule(
-    m: Market, utilities: np.ndarray, options: Sequence[SizeOption], racks: Sequence[np.ndarray] | None = None
+    m: Market, utilities: np.ndarray, options: Sequence[SizeOption], racks: Sequence[np.ndarray] | None = None,
+    defer: float = 1.0,
 ) -> Schedule:
-    """The highest-payoff constant-size schedule over the job's sizes (the smaller size on a tie)."""
-    best = None
+    """The highest-payoff constant-size schedule over the job's sizes (the smaller size on a tie);
+    with `defer` < 1, that size's schedule committed late (`best_rigid_schedule`)."""
+    best, pick = None, None
     for o in options:
         s = best_rigid_schedule(m, utilities, o.workers, o.ps, o.slots, racks)
         if best is None or s.payoff > best.payoff:
-            best = s
+            best, pick = s, o
+    if defer < 1.0 and best.feasible and best.payoff > 0:
+        return best_rigid_schedule(m, utilities, pick.workers, pick.ps, pick.slots, racks, defer)
     return best

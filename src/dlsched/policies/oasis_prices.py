@@ -127,6 +127,43 @@ def constants_from(
     return PriceConstants(U1, L1, U2, L2, eta1, eta2)
 
 
+def density_constants(terms: list[JobTerms], min_fraction: float = 0.0) -> PriceConstants:
+    """U and L on the scale of value per unit of resource per slot, for jobs that hold a constant
+    size for many short slots (trace jobs); eta is 1.
+
+    U^r = max_i f_i(fastest) / (work_i w_i^r): the densest job's utility per worker-slot per unit
+    of r (eq. (23)/(24) divide by the demand only, i.e. assume a job that ends in one slot).
+    L = (1/4) min_i f_i(0) / (work_i sum_r d_i^r): a quarter of the sparsest job's density (the
+    paper's 1/4; eq. (25)/(26)'s eta and f_i(T) put L ~1e-13 on a trace, where prices stay
+    negligible until a server is nearly full and then jump past anything a long job can pay).
+    Why: with the paper's bounds on 180 s slots (ITP cluster05 at load 0.8) a 90-slot job could not
+    afford the last GPUs of any server, and below that every slot was free, so OASiS reserved
+    FIFO-like and admitted plans worth 0.3% of a job; at this scale a resource at usage u costs
+    what a job of that density can pay, so as servers fill only denser (shorter) jobs get in.
+    `min_fraction` is unused (kept for the same signature as `constants_from`).
+    """
+    if not terms:
+        raise ConfigError("U and L need at least one job")
+
+    def upper(demand: str) -> np.ndarray:
+        out = np.zeros(len(getattr(terms[0], demand)))
+        for t in terms:
+            d = getattr(t, demand)
+            if t.work > 0:
+                out = np.where(d > 0, np.maximum(out, t.fastest_utility / (t.work * np.where(d > 0, d, 1.0))), out)
+        return out
+
+    def lower(demand: str) -> float:
+        vals = [_peak(t) / (t.work * float(np.sum(getattr(t, demand))))
+                for t in terms if np.sum(getattr(t, demand)) > 0 and t.work > 0]
+        return max(L_FLOOR, min(vals) / 4.0) if vals else L_FLOOR
+
+    U1, U2, L1, L2 = upper("worker_demand"), upper("ps_demand"), lower("worker_demand"), lower("ps_demand")
+    U1 = np.where(U1 > 0, np.maximum(U1, L1), 0.0)
+    U2 = np.where(U2 > 0, np.maximum(U2, L2), 0.0)
+    return PriceConstants(U1, L1, U2, L2)
+
+
 def price(usage: np.ndarray, capacity: np.ndarray, U: np.ndarray, L: float) -> np.ndarray:
     """Eq. (22): L (U^r / L)^(usage / capacity), per resource r (last axis), computed in log space.
 
@@ -151,13 +188,17 @@ class OnlineConstants:
     scale: float = 1.0
     min_fraction: float = 0.0
     terms: list[JobTerms] = field(default_factory=list)
+    density: bool = False  # `density_constants` instead of eq. (23)-(26)
 
     def observe(self, t: JobTerms) -> PriceConstants:
         self.terms.append(t)
         return self.current()
 
     def current(self) -> PriceConstants:
-        c = constants_from(self.terms, self.horizon, self.worker_capacity, self.ps_capacity, self.min_fraction)
+        if self.density:
+            c = density_constants(self.terms, self.min_fraction)
+        else:
+            c = constants_from(self.terms, self.horizon, self.worker_capacity, self.ps_capacity, self.min_fraction)
         return c.scaled(self.scale) if self.scale != 1.0 else c
 
 

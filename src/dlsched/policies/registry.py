@@ -44,6 +44,10 @@ POLICIES: dict[str, tuple[str, str, str]] = {
 #: runs, so all policies in it are scored on the same utilities.
 UTILITY_DRIVEN: frozenset[str] = frozenset({"oasis", "rrh"})
 
+#: Policies whose mechanism is resizing jobs (autoscaling, elastic sizing): a run that gives them
+#: rigid jobs says so, since there they have nothing to scale (`experiment.rigid_note`).
+RESIZING: frozenset[str] = frozenset({"optimus", "dl2", "dragon", "qos", "kube-autoscale", "oasis", "dorm"})
+
 #: The six baselines.
 BASELINES: tuple[str, ...] = ("fifo", "srtf", "drf", "tiresias", "optimus", "kube-default")
 #: The published systems, each a policy over the same core.

@@ -44,6 +44,7 @@ from dlsched.core.errors import ConfigError
 from dlsched.core.plan import Plan
 from dlsched.core.policy import Named, Observer, Placement, Policy, Resets
 from dlsched.core.snapshot import JobState, Snapshot
+from dlsched.framework.las import THRESHOLDS
 from dlsched.policies.phases.placement import PLACEMENTS
 from dlsched.policies.phases.queues import MLFQ, Entry
 from dlsched.policies.phases.realise import Realiser
@@ -175,10 +176,6 @@ class Tiresias(Policy):
         e = self.index.entries.get(item[2])
         return e if e is not None and e.token == item[3] and not e.running and e.q > 0 else None
 
-
-#: Tiresias' queue thresholds in attained GPU-seconds (Q0 below 3250, ...): every policy ordered
-#: by Tiresias, and the Dual-Agent-style ordering teacher, use these.
-THRESHOLDS: tuple[float, ...] = (3250.0, 7200.0, 18000.0)
 
 
 def tiresias(

@@ -18,7 +18,7 @@ from dlsched.config import Seed
 from dlsched.core.errors import ConfigError
 from dlsched.presets import load_cluster
 from dlsched.rl.actor_critic import REWARD_MODES
-from dlsched.rl.dl2_network import DL2Net
+from dlsched.models.dl2_network import DL2Net
 from dlsched.rl.env import SchedulingEnv
 from dlsched.rl.rollouts import WorkerSpec
 from dlsched.rl.trace_workloads import TraceWindows, itp_windows, resolve_trace_files

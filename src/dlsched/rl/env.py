@@ -33,7 +33,7 @@ from dlsched.core.plan import Plan
 from dlsched.core.policy import Policy
 from dlsched.core.snapshot import JobState, Snapshot
 from dlsched.estimators.progress_predictor import RemainingWork
-from dlsched.rl.slot_builder import ROWS, SlotBuilder, action_dim
+from dlsched.models.slot_builder import ROWS, SlotBuilder, action_dim
 from dlsched.sim.config import SimConfig
 from dlsched.sim.engine import Simulator
 from dlsched.throughput.base import ThroughputModel

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from dlsched.core.job import Architecture
-from dlsched.rl.slot_builder import BUNDLE, PS, WORKER, SlotBuilder
+from dlsched.models.slot_builder import BUNDLE, PS, WORKER, SlotBuilder
 
 
 def explore(builder: SlotBuilder, action: int, rng: np.random.Generator, rate: float = 0.2) -> int:

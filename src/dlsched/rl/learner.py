@@ -21,9 +21,10 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from dlsched.rl.actor_critic import EpisodeHook, RLConfig, RLHistory, update
+from dlsched.models.dl2_update import RLConfig, update
+from dlsched.rl.actor_critic import EpisodeHook, RLHistory
 from dlsched.rl.pools import Pool
-from dlsched.rl.replay import PrioritizedReplay
+from dlsched.models.replay import PrioritizedReplay
 from dlsched.rl.rollouts import Rollout, Task, weights_of
 
 

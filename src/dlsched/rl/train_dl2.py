@@ -21,11 +21,12 @@ import torch
 
 from dlsched.core.errors import ConfigError
 from dlsched.core.policy import Policy
-from dlsched.rl.actor_critic import RLConfig, RLHistory, train_rl
+from dlsched.models.dl2_update import RLConfig
+from dlsched.rl.actor_critic import RLHistory, train_rl
 from dlsched.rl.dl2_config import RESUME_MAY_CHANGE, DL2TrainConfig, Validation, make_env, new_net, worker_spec
-from dlsched.rl.dl2_network import DL2Net
+from dlsched.models.dl2_network import DL2Net
 from dlsched.rl.learner import train_rl_parallel
-from dlsched.rl.model_io import save_model
+from dlsched.models.model_io import save_model
 from dlsched.rl.pools import open_pool
 from dlsched.rl.threads import one_thread
 from dlsched.rl.warmup import collect, train_supervised

@@ -33,8 +33,8 @@ from torch.distributions import Normal
 from dlsched.core.errors import ConfigError
 from dlsched.policies.dual_agent import build, save
 from dlsched.rl.dual_agent_config import DualAgentTrainConfig, episode
-from dlsched.rl.dual_agent_net import DualAgentNet
-from dlsched.rl.dual_agent_trajectory import Step, Trajectory
+from dlsched.models.dual_agent_net import DualAgentNet
+from dlsched.models.dual_agent_trajectory import Step, Trajectory
 from dlsched.rl.threads import one_thread
 from dlsched.sim.config import SimConfig
 from dlsched.sim.engine import simulate

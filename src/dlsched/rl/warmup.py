@@ -19,9 +19,9 @@ import torch
 from torch import nn
 
 from dlsched.core.policy import Policy
-from dlsched.rl.dl2_network import DL2Net
+from dlsched.models.dl2_network import DL2Net
 from dlsched.rl.env import SchedulingEnv
-from dlsched.rl.slot_builder import BUNDLE, PS, WORKER, SlotBuilder
+from dlsched.models.slot_builder import BUNDLE, PS, WORKER, SlotBuilder
 
 
 @dataclass

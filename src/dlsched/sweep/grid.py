@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator,
 from dlsched.config import Seed, read_yaml_model
 from dlsched.run_config import RunConfig, ThroughputConfig, _as_value_error
 from dlsched.sim.config import SimConfig
+from dlsched.traces.profiles import DEFAULT_PROFILES
 from dlsched.sweep.cell import SimCell
 
 
@@ -54,7 +55,7 @@ class SweepGrid(BaseModel):
     seeds: PositiveInt | list[Seed] = Field(1, description="N: seeds 0..N-1; or the list of seeds")
     limit: PositiveInt | None = Field(None, description="first N jobs of every trace without its own limit")
     elastic: bool | None = None
-    profiles: str = Field("auto", pattern="^(auto|draw|off)$")
+    profiles: str = Field(DEFAULT_PROFILES, pattern="^(auto|draw|off)$")
     reference: str | None = Field(None, description="policy the report's paired ratios are to (default: the first)")
     sim: SimConfig = Field(default_factory=SimConfig)
     throughput: ThroughputConfig = Field(default_factory=ThroughputConfig)

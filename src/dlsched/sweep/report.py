@@ -18,8 +18,8 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
+from dlsched.metrics.intervals import t_interval
 from dlsched.metrics.plots import ci_bars
 from dlsched.metrics.table import markdown_table
 from dlsched.sweep.cell import Cell
@@ -36,21 +36,6 @@ METRICS: dict[str, tuple[str, str]] = {
 }
 GROUP = ("trace", "cluster", "load")
 FILES = ("RESULTS.md", "summary.csv", "ratios.csv", "cells.csv")
-
-
-def t_interval(x: np.ndarray) -> tuple[float, float, float]:
-    """(mean, low, high): the 95% Student-t interval of the mean of `x` (NaNs left out)."""
-    x = x[~np.isnan(x)]
-    if not len(x):
-        return (float("nan"),) * 3
-    mean = float(x.mean())
-    if len(x) < 2:
-        return mean, float("nan"), float("nan")
-    sem = float(stats.sem(x))
-    if sem == 0:
-        return mean, mean, mean
-    lo, hi = stats.t.interval(0.95, len(x) - 1, loc=mean, scale=sem)
-    return mean, float(lo), float(hi)
 
 
 def cell_table(cells: Sequence[Cell], store: ResultsStore) -> pd.DataFrame:

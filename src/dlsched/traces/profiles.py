@@ -2,10 +2,11 @@
 
 A trace gives arrivals, sizes and durations; how a job's speed changes with its size and placement
 comes from measured curves (`throughput.elasticflow`). Three modes:
-- "auto" (default): jobs whose trace names a measured (model, batch) — the ITP deadline traces'
+- "auto": jobs whose trace names a measured (model, batch) — the ITP deadline traces'
   `model_name`/`batch_size` columns — run on that curve; every other job keeps the trace's
   duration-only behaviour.
-- "draw": as auto, and every remaining duration-only job gets a curve measured at its size, drawn
+- "draw" (the command line's default, `DEFAULT_PROFILES`): as auto, and every remaining
+  duration-only job gets a curve measured at its size, drawn
   uniformly with a seeded generator (as Gavel and Pollux assigned profiles to Philly jobs). The
   draw is recorded per job (the `profile` column of jobs.csv says "drawn"); jobs larger than every
   curve stay duration-only, and the workload notes count them.
@@ -30,6 +31,10 @@ from dlsched.core.job import JobSpec
 from dlsched.throughput.elasticflow import GPU_TYPE, PREFIX, Curve, profile_name, shipped_curves
 
 PROFILE_MODES = ("auto", "draw", "off")
+#: What `simulate`, `compare`, `replay`, run configs and sweeps use when no mode is named: a duration-only
+#: trace's jobs on drawn measured curves, as Gavel and Pollux read Philly (docs/DECISIONS.md, issue 29).
+#: `load_trace` itself defaults to "auto": a library caller names what it wants.
+DEFAULT_PROFILES = "draw"
 
 
 def on_curve(spec: JobSpec, curve: Curve, *, elastic: bool, how: str) -> JobSpec:

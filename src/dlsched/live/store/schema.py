@@ -46,7 +46,7 @@ class _Job(_Base):
     # server_default: `_add_missing_columns` adds it to a store made before it existed
     waiting_reason: Mapped[str] = mapped_column(Text, default="", server_default="")
     # `<namespace>/<uid>` of the DLJob that stands for this job on Kubernetes: its source, or its mirror
-    # when the job came through the REST API; NULL: none (yet). The DLJob door's key (k8s/dljobs.py)
+    # when the job came through the REST API; NULL: none (yet). The DLJob door's key (live/api/dljobs.py)
     dljob: Mapped[str | None] = mapped_column(String(128), nullable=True, index=True)
 
 

@@ -24,11 +24,11 @@ from dlsched.core.job import JobSpec
 from dlsched.core.snapshot import Snapshot
 from dlsched.framework.packing import ps_beside
 from dlsched.policies.phases.speed_aware import SpeedAwarePlacement
-from dlsched.rl.dual_agent_features import (
+from dlsched.models.dual_agent_features import (
     PRICE_WEIGHT, RISK, Affinity, global_features, machine_features, pick_features, teacher_pick, worker_room,
 )
-from dlsched.rl.dual_agent_net import DualAgentNet
-from dlsched.rl.dual_agent_trajectory import Pick, Step, Trajectory
+from dlsched.models.dual_agent_net import DualAgentNet
+from dlsched.models.dual_agent_trajectory import Pick, Step, Trajectory
 
 MODES = ("greedy", "sample", "teacher")
 

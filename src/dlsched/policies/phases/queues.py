@@ -22,8 +22,8 @@ from typing import Any, Callable, Iterator
 from dlsched.core.allocation import Allocation
 from dlsched.core.cluster import GPU
 from dlsched.core.snapshot import JobState, JobStatus, Snapshot
+from dlsched.framework.las import SVC_TOL, queue_of
 
-SVC_TOL = 1e-3  # GPU-seconds: a crossing this close counts as done (float-safe wake times)
 
 
 class Entry:
@@ -108,13 +108,6 @@ class Line:
             if i + 1 < len(group):
                 heapq.heappush(heap, (group[i + 1][0], group[i + 1][1], size, i + 1))
             yield self._jobs[jid][0]
-
-
-def queue_of(thresholds: tuple[float, ...], service: float, q: int = 0) -> int:
-    """The queue of a job with `service` attained GPU-seconds, looking from queue `q` down."""
-    while q < len(thresholds) and service + SVC_TOL >= thresholds[q]:
-        q += 1
-    return q
 
 
 class MLFQ:

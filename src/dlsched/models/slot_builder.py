@@ -21,8 +21,18 @@ Actions: 3i = one more worker for window job i, 3i+1 = one more PS, 3i+2 = a bun
 slot. An action is valid when the job exists, stays within its maximum, is of the right kind (only
 PS jobs take PSs and bundles) and its task(s) fit somewhere now.
 Tasks go to the least-loaded node that fits (DL2's placement). Before any action every job gets
-its minimum gang if it fits, in arrival order (DL2's `ASSIGN_BUNDLE`, generalised to jobs whose
-minimum is more than one worker).
+its minimum gang if it fits (DL2's `ASSIGN_BUNDLE`, generalised to jobs whose minimum is more than
+one worker) in the order of DL2's teacher, DRF: the smallest minimum gang (dominant share) first,
+then arrival, decided on the cluster's aggregate room as DRF's filling is; the running jobs that get
+one keep it where they run (a rigid job its whole allocation: a slot restarts a job it cannot
+resize only when smaller jobs took its room, as DRF would), then the others are placed. DL2's own
+jobs all start at one worker (one bundle), so for them this is arrival order, as in DL2; for rigid
+trace jobs of 1 to 64 GPUs the order decides everything the network cannot (docs/DL2.md, "Rigid jobs").
+
+Between slots (`SlotBuilder(..., between_slots=True)`, on an arrival or a completion) the same
+walk starts waiting jobs at their minimum gang, every running job holding what it has (the network
+resizes only at slots) or stopping when smaller jobs ahead of it need the room, as DRF does at
+every event.
 """
 
 from __future__ import annotations
@@ -63,20 +73,24 @@ def action_dim(window: int) -> int:
 class SlotBuilder:
     """Builds one slot's allocation from actions. Create one per decision (per Snapshot)."""
 
-    def __init__(self, snap: Snapshot, window: int, slot_seconds: float, remaining: RemainingWork | None = None):
+    def __init__(self, snap: Snapshot, window: int, slot_seconds: float, remaining: RemainingWork | None = None,
+                 between_slots: bool = False):
         self.snap = snap
         self.window = window
         self.slot_seconds = slot_seconds
+        self.between_slots = between_slots
         self.cluster = snap.cluster
         self.capacity_total = np.maximum(snap.cluster.capacity.sum(axis=0), _EPS)
         self.free = snap.cluster.capacity.astype(float).copy()
         self.jobs = sorted(snap.running + snap.pending, key=lambda j: j.rank)
+        self.preempt: set[str] = set()  # between slots: running jobs stopped for smaller ones
         self.counts: dict[str, dict[int, list[int]]] = {j.job_id: {} for j in self.jobs}
         self._totals: dict[str, list[int]] = {j.job_id: [0, 0] for j in self.jobs}  # workers, PSs
         self._window: list[JobState] | None = None
         self._fit_cache: dict[tuple, bool] = {}  # (task demands, gpu type) -> fits now
         self.remaining = remaining
-        self._remaining_fraction = {j.job_id: self._remaining_of(j) for j in self.jobs}
+        # between slots nothing reads the state: skip the estimates (a call per waiting job)
+        self._remaining_fraction = {} if between_slots else {j.job_id: self._remaining_of(j) for j in self.jobs}
         self._assign_minimum_gangs()
 
     # ------------------------------------------------------------------ bookkeeping
@@ -130,6 +144,23 @@ class SlotBuilder:
             self._changed()
         return node
 
+    def _keep(self, job: JobState, whole: bool) -> None:
+        """A running job keeps its minimum gang (`whole`: everything it holds) on the nodes it
+        runs on (PSs first, then workers, node by node): a subset of what it holds, so it always
+        fits, and a job at its minimum (every rigid job) keeps its allocation exactly."""
+        spec, alloc = job.spec, job.allocation
+        need = {PS: alloc.num_ps if whole else spec.min_ps, WORKER: alloc.num_workers if whole else spec.min_workers}
+        for node, w, p in zip(alloc.nodes, alloc.workers, alloc.ps):
+            for role, have in ((PS, p), (WORKER, w)):
+                take = min(have, need[role])
+                if take:
+                    demand = np.asarray(spec.ps_demand if role == PS else spec.worker_demand, dtype=float)
+                    self.free[node] -= take * demand
+                    self.counts[job.job_id].setdefault(node, [0, 0])[role] += take
+                    self._totals[job.job_id][role] += take
+                    need[role] -= take
+        self._changed()
+
     def _remove(self, job: JobState, node: int, role: int) -> None:  # undo one `_add`
         spec = job.spec
         demand = np.asarray(spec.worker_demand if role == WORKER else spec.ps_demand, dtype=float)
@@ -139,7 +170,44 @@ class SlotBuilder:
         self._changed()
 
     def _assign_minimum_gangs(self) -> None:
-        for job in self.jobs:
+        """Every job's minimum gang, in the order of DL2's teacher, DRF: smallest dominant share
+        first, then arrival. Which jobs get one is decided on the cluster's aggregate room (as
+        DRF's filling does); then the running ones among them keep their minimum where they run
+        and only then are the others placed, task by task. A running job is stopped only when
+        smaller jobs ahead of it took the room, as DRF would stop it; one that keeps its size
+        keeps its nodes. Between slots a running job holds all it has (the network resizes at
+        slots only), and what it holds counts against the room."""
+        shares: dict[tuple, tuple[float, np.ndarray]] = {}  # most jobs share a few gang shapes
+
+        def gang(spec: JobSpec) -> tuple[float, np.ndarray]:
+            key = (spec.min_workers, spec.min_ps, spec.worker_demand, spec.ps_demand)
+            if key not in shares:
+                need = spec.demand(spec.min_workers, spec.min_ps).astype(float)
+                shares[key] = (float(dominant_share(need, self.capacity_total)), need)
+            return shares[key]
+
+        def holds(job: JobState) -> np.ndarray:
+            a = job.allocation
+            if a is not None and self.between_slots:
+                return job.spec.demand(a.num_workers, a.num_ps).astype(float)
+            return gang(job.spec)[1]
+
+        room = self.free.sum(axis=0) + _EPS
+        admitted: list[JobState] = []
+        for job in sorted(self.jobs, key=lambda j: (gang(j.spec)[0], j.rank)):
+            need = holds(job)
+            if (need <= room).all():
+                room -= need
+                admitted.append(job)
+            elif job.allocation is not None:
+                self.preempt.add(job.job_id)
+        waiting = []
+        for job in admitted:
+            if job.allocation is not None:
+                self._keep(job, whole=self.between_slots)
+            else:
+                waiting.append(job)
+        for job in waiting:
             spec = job.spec
             placed: list[tuple[int, int]] = []
             for role in [PS] * spec.min_ps + [WORKER] * spec.min_workers:
@@ -246,6 +314,8 @@ class SlotBuilder:
         unchanged keeps its current nodes when they are free in this plan, so it does not restart."""
         plan = Plan()
         for job in self.jobs:
+            if self.between_slots and job.allocation is not None:
+                continue  # kept as it runs (`keep_running`), or stopped (`preempt`)
             placed = {n: (w, p) for n, (w, p) in self.counts[job.job_id].items() if w or p}
             if not placed:
                 continue
@@ -254,6 +324,9 @@ class SlotBuilder:
             if alloc.num_workers < s.min_workers or alloc.num_ps < s.min_ps:
                 continue
             plan.assign(job.job_id, alloc)
+        if self.between_slots:
+            plan.keep_running, plan.preempt = True, set(self.preempt)
+            return plan
         return _keep_unchanged(plan, self.snap)
 
 

@@ -30,9 +30,8 @@ from dlsched.core.cluster import GPU, Cluster
 from dlsched.core.job import JobSpec
 from dlsched.core.snapshot import JobState, Snapshot
 from dlsched.framework.packing import eligible, fit_count
-from dlsched.policies.phases.queues import queue_of
-from dlsched.policies.tiresias import THRESHOLDS
-from dlsched.rl.dual_agent_net import GLOBAL_FEATURES, JOB_FEATURES, MACHINE_FEATURES, PICK_FEATURES
+from dlsched.framework.las import THRESHOLDS, queue_of
+from dlsched.models.dual_agent_net import GLOBAL_FEATURES, JOB_FEATURES, MACHINE_FEATURES, PICK_FEATURES
 
 FIT_BONUS = 0.1  # the placement teacher's preference for one machine over several (log speed)
 RISK = 0.5  # the placement teacher plans with mean - RISK * sd of the log speed

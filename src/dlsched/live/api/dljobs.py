@@ -41,7 +41,7 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
-from dlsched.k8s.dljob_crd import API_VERSION, KIND, dljob_resource
+from dlsched.live.api.dljob_crd import API_VERSION, KIND, dljob_resource
 from dlsched.live.spec import TrainJob
 from dlsched.live.store import Store
 from dlsched.live.store.views import FINISHED, JobView

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from dlsched.core.errors import ConfigError
-from dlsched.rl.dl2_network import DL2Net
+from dlsched.models.dl2_network import DL2Net
 
 
 def save_model(net: torch.nn.Module, path: Path, meta: dict | None = None) -> None:

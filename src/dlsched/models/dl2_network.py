@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dlsched.rl.slot_builder import ROWS, action_dim
+from dlsched.models.slot_builder import ROWS, action_dim
 
 STAY_ROW = 1  # the state's row of slots spent in the system / 10 (`slot_builder`)
 
