@@ -17,7 +17,7 @@ from dlsched.core.cluster import Cluster
 
 ROOT = Path(dlsched.__file__).parent
 DECIDERS = sorted([*(ROOT / "policies").rglob("*.py"), *(ROOT / "estimators").rglob("*.py"),
-                   ROOT / "rl" / "slot_builder.py"])
+                   *(ROOT / "models").rglob("*.py")])
 
 
 @pytest.mark.parametrize("path", DECIDERS, ids=lambda p: str(p.relative_to(ROOT)))
