@@ -138,11 +138,18 @@ class SlotBuilder:
         demand = np.asarray(spec.worker_demand if role == WORKER else spec.ps_demand, dtype=float)
         node = self._node_for(spec, demand, self._own_nodes(job))
         if node >= 0:
-            self.free[node] -= demand
-            self.counts[job.job_id].setdefault(node, [0, 0])[role] += 1
-            self._totals[job.job_id][role] += 1
-            self._changed()
+            self._place(job, node, role, 1)
         return node
+
+    def _place(self, job: JobState, node: int, role: int, n: int) -> None:
+        """Put `n` tasks of `role` of `job` on `node` (n < 0 takes them off): the one place the
+        free room, the per-node counts and the totals change together."""
+        spec = job.spec
+        demand = np.asarray(spec.worker_demand if role == WORKER else spec.ps_demand, dtype=float)
+        self.free[node] -= n * demand
+        self.counts[job.job_id].setdefault(node, [0, 0])[role] += n
+        self._totals[job.job_id][role] += n
+        self._changed()
 
     def _keep(self, job: JobState, whole: bool) -> None:
         """A running job keeps its minimum gang (`whole`: everything it holds) on the nodes it
@@ -154,20 +161,11 @@ class SlotBuilder:
             for role, have in ((PS, p), (WORKER, w)):
                 take = min(have, need[role])
                 if take:
-                    demand = np.asarray(spec.ps_demand if role == PS else spec.worker_demand, dtype=float)
-                    self.free[node] -= take * demand
-                    self.counts[job.job_id].setdefault(node, [0, 0])[role] += take
-                    self._totals[job.job_id][role] += take
+                    self._place(job, node, role, take)
                     need[role] -= take
-        self._changed()
 
     def _remove(self, job: JobState, node: int, role: int) -> None:  # undo one `_add`
-        spec = job.spec
-        demand = np.asarray(spec.worker_demand if role == WORKER else spec.ps_demand, dtype=float)
-        self.free[node] += demand
-        self.counts[job.job_id][node][role] -= 1
-        self._totals[job.job_id][role] -= 1
-        self._changed()
+        self._place(job, node, role, -1)
 
     def _assign_minimum_gangs(self) -> None:
         """Every job's minimum gang, in the order of DL2's teacher, DRF: smallest dominant share
