@@ -118,3 +118,35 @@ def test_an_untrained_network_acts_as_its_teachers_do():
                        node_events=EVENTS)
         runs[mode] = res.jobs.set_index("job_id")[["start", "end", "fee"]]
     assert runs["greedy"].equals(runs["teacher"])
+
+
+def test_a_call_with_no_job_waiting_only_learns_machine_speeds_and_decides_what_a_full_decision_would():
+    """With nothing pending the ordering agent has nothing to order for (the realiser keeps every
+    running rigid job in place), so it skips the encodings and the network but the speed estimate
+    still learns: the run is the one a policy deciding on every call makes (a recording trajectory
+    makes it decide every time), with far fewer machine encodings on a roomy cluster."""
+    torch.manual_seed(1)
+    net = DualAgentNet(hidden=8)
+    for head in (net.order_out, net.pick[-1]):  # a network whose decisions are its own, not its teachers'
+        torch.nn.init.normal_(head.weight, std=0.5)
+    encoded = {"n": 0}
+    machines = net.machines
+
+    def counting(mfeat):
+        encoded["n"] += 1
+        return machines(mfeat)
+
+    net.machines = counting
+    sparse = [dataclasses.replace(j, submit_time=j.submit_time * 20) for j in _jobs(20, seed=5)]  # roomy: few waits
+    runs, counts, learnt = {}, {}, {}
+    for label, traj in (("skips", None), ("decides every call", Trajectory())):
+        encoded["n"] = 0
+        policy = build("full", net, "greedy", traj)
+        res = simulate(sparse, _cluster(), policy, ByType(), node_events=EVENTS)
+        runs[label], counts[label] = res.jobs.set_index("job_id")[["start", "end", "fee"]], encoded["n"]
+        est = policy.placement.estimate
+        learnt[label] = est.log_speeds(1e6, est._cluster)  # the cluster it learnt on (another would reset it)
+    assert runs["skips"].equals(runs["decides every call"])
+    assert counts["skips"] < counts["decides every call"] / 2
+    for a, b in zip(learnt["skips"], learnt["decides every call"]):  # the estimate saw every call's speeds
+        np.testing.assert_array_equal(a, b)

@@ -60,9 +60,14 @@ class AgentPlacement:
         self.rng = np.random.default_rng(seed)
 
     # ------------------------------------------------------------------ once per decision
+    def learn(self, snap: Snapshot) -> None:
+        """The machine-speed estimate learns what the snapshot shows (and nothing is encoded: the
+        ordering agent calls this alone when no job waits, so nothing is placed)."""
+        self.teacher.observe(snap)
+
     def observe(self, snap: Snapshot) -> None:
         c = snap.cluster
-        self.teacher.observe(snap)  # the estimate learns what the snapshot shows
+        self.learn(snap)
         if self.estimate is not None:
             mean, sd = self.estimate.speeds(snap.now, c)
             self.mu, self.sd = np.log(mean), np.asarray(sd, dtype=float)
