@@ -199,6 +199,7 @@ def test_pollux_workload_without_profiles_names_both(no_traces, tmp_path) -> Non
 @pytest.mark.parametrize("args", [
     ["experiment", "qos", "--quick"],
     ["experiment", "real-traces", "--quick"],
+    ["experiment", "robustness", "--quick"],
     ["compare", "-t", "dl2-ali", "-p", "fifo"],
 ])
 def test_commands_without_traces_name_both(no_traces, tmp_path, args) -> None:

@@ -336,6 +336,30 @@ def fidelity_experiment(
     _console.print(f"wrote {out / 'fidelity.csv'}")
 
 
+def _shared_traces(traces: Path | None, experiment: str) -> Path:
+    """The shared traces folder an experiment on real traces reads, or an error saying how to get it."""
+    from dlsched.core.errors import ConfigError
+    from dlsched.paths import missing_traces_hint, traces_dir
+
+    root = traces_dir(traces)
+    if root is None:
+        raise ConfigError(f"the {experiment} experiment needs the shared traces: {missing_traces_hint()}")
+    return root
+
+
+def _pick(known: dict, names: str | None, kind: str) -> dict:
+    """The entries of `known` named in the comma-separated `names` (all of them without), in that order."""
+    from dlsched.core.errors import ConfigError
+
+    if not names:
+        return dict(known)
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in known]
+    if unknown:
+        raise ConfigError(f"unknown {kind} {unknown[0]!r}; known: {', '.join(known)}")
+    return {n: known[n] for n in wanted}
+
+
 @experiment_app.command("real-traces")
 @_friendly
 def real_traces_experiment(
@@ -356,22 +380,12 @@ def real_traces_experiment(
     cluster sized to offered load 0.8; write per-metric tables and plots with 95% bootstrap confidence
     intervals, and check the issue's claims (qos vs kube-default deadlines, dragon JCT, dl2 vs drf, oasis
     utility vs fifo). The full run takes about 1.5 hours on 2 cores; --quick takes a few minutes."""
-    from dlsched.core.errors import ConfigError
     from dlsched.experiments import real_traces as exp
-    from dlsched.paths import missing_traces_hint, traces_dir
     from dlsched.policies.registry import parse_policy_list
 
     check_writable_folder(out)  # not an OutputFolder: rerunning into it resumes, by design
-    root = traces_dir(traces)
-    if root is None:
-        raise ConfigError(f"the real-traces experiment needs the shared traces: {missing_traces_hint()}")
-    chosen = dict(exp.QUICK_CASES if quick else exp.CASES)
-    if cases:
-        wanted = [c.strip() for c in cases.split(",") if c.strip()]
-        unknown = [c for c in wanted if c not in chosen]
-        if unknown:
-            raise ConfigError(f"unknown case {unknown[0]!r}; known: {', '.join(chosen)}")
-        chosen = {c: chosen[c] for c in wanted}
+    root = _shared_traces(traces, "real-traces")
+    chosen = _pick(exp.QUICK_CASES if quick else exp.CASES, cases, "case")
     names = tuple(parse_policy_list(policies)) if policies else exp.POLICIES
     total = sum(c.seeds for c in chosen.values()) * len(names)
     with _steps("real traces", total) as step:
@@ -379,3 +393,46 @@ def real_traces_experiment(
                        address=ray_address)
     _console.print((out / "RESULTS.md").read_text(), markup=False, highlight=False)
     _console.print(f"{len(runs)} runs; wrote {out}/RESULTS.md, summary.csv, claims.csv and plots")
+
+
+@experiment_app.command("robustness")
+@_friendly
+def robustness_experiment(
+    out: Path = typer.Option(Path("robustness-results"), "--out", "-o", help="Folder for results.parquet and cells/ "
+                             "(resumes: runs only the cells not there yet), runs.csv, summary.csv (every cell x policy "
+                             "x metric with its 95% interval), claims.csv and RESULTS.md."),
+    policies: Optional[str] = typer.Option(None, "--policies", "-p", help="Comma-separated policies (default: the "
+                                           "baselines, the published systems, kube-autoscale and edf)."),
+    forms: Optional[str] = typer.Option(None, "--forms", help="Comma-separated trace forms (default: all: itp-raw, "
+                                        "itp-raw-rigid, itp-raw-elastic, itp-deadline, philly-draw)."),
+    sizes: Optional[str] = typer.Option(None, "--sizes", help="Comma-separated cluster sizes (default: both: preset, "
+                                        "load0.8)."),
+    quick: bool = typer.Option(False, "--quick", help="Small smoke run: the first 200 jobs of each form, one draw."),
+    docs: Optional[Path] = typer.Option(None, "--docs", help="Also write the page to this file (docs/ROBUSTNESS.md), "
+                                        "keeping the reasons its claims table already gives."),
+    traces: Optional[Path] = typer.Option(None, "--traces", help="Shared traces folder (default: $DLSCHED_TRACES, else ../shared/traces)."),
+    report_only: bool = typer.Option(False, "--report-only", help="Run nothing: write the tables from the cells already in --out."),
+    workers: int = _WORKERS,
+    ray_address: Optional[str] = _RAY_ADDRESS,
+) -> None:
+    """Run every policy on each trace form (ITP cluster03 raw in its default form on drawn curves, raw
+    rigid, raw elastic and deadline; the first 2,000 Philly jobs on drawn curves, two draws) on two cluster sizes (the trace's preset, and sized to
+    offered load 0.8), and check the published systems' claims on every cell (dl2 vs drf, oasis vs drf,
+    dual-agent and every published system vs the best baseline, dragon vs kube-default), each reported as
+    measured with its 95% interval: the regression net for policies that hold on one workload only."""
+    from dlsched.experiments import robustness as exp
+    from dlsched.policies.registry import parse_policy_list
+
+    check_writable_folder(out)  # not an OutputFolder: rerunning into it resumes, by design
+    root = _shared_traces(traces, "robustness")
+    chosen = _pick(exp.QUICK_FORMS if quick else exp.FORMS, forms, "form")
+    names = tuple(parse_policy_list(policies)) if policies else exp.POLICIES
+    grid_sizes = tuple(x.strip() for x in sizes.split(",") if x.strip()) if sizes else exp.SIZES
+    exp.grid(chosen, grid_sizes)  # an unknown size is an input error before anything runs
+    total = sum(f.case.seeds for f in chosen.values()) * len(grid_sizes) * len(names)
+    with _steps("robustness", total) as step:
+        runs = exp.run(out, root, forms=chosen, sizes=grid_sizes, policies=names, step=step, report_only=report_only,
+                       workers=workers, address=ray_address, docs=docs)
+    _console.print((out / "RESULTS.md").read_text(), markup=False, highlight=False)
+    _console.print(f"{len(runs)} runs; wrote {out}/RESULTS.md, summary.csv, claims.csv"
+                   + (f" and {docs}" if docs else ""))

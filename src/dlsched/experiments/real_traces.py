@@ -43,7 +43,7 @@ from dlsched.sweep.cell import CellResult, content_key
 from dlsched.sweep.runner import pending, run_cells
 from dlsched.sweep.store import ResultsStore
 from dlsched.traces import load_trace
-from dlsched.traces.load import cluster_for_load, offered_load
+from dlsched.traces.load import at_load
 
 LOAD = 0.8
 POLICIES: tuple[str, ...] = (*DEFAULT_POLICIES, "kube-autoscale", "edf")
@@ -53,7 +53,9 @@ ORACLES = frozenset({"oasis"}) | UTILITY_DRIVEN  # srtf is an oracle by construc
 @dataclass(frozen=True)
 class TraceCase:
     """One workload: a trace file under the traces root, its format, job limit, profile mode and
-    the preset whose node shape the load-sized cluster is built from."""
+    `base`, the preset whose node shape the load-sized cluster is built from — or, with `load`
+    None, the cluster it runs on as the preset is. `elastic` as `load_trace` takes it (None: the
+    jobs on measured curves are elastic, duration-only ones rigid)."""
 
     path: str
     fmt: str
@@ -61,6 +63,16 @@ class TraceCase:
     profiles: str
     base: str
     seeds: int = 1  # profile draws; a trace that names its models has one
+    elastic: bool | None = None
+    load: float | None = LOAD
+
+    def key_content(self) -> dict:
+        """What identifies the case in a cell's key. `elastic` enters only when set, so the keys of
+        cases written before it existed (results folders of earlier runs) stay as they were."""
+        content = asdict(self)
+        if self.elastic is None:
+            del content["elastic"]
+        return content
 
 
 CASES: dict[str, TraceCase] = {
@@ -168,16 +180,18 @@ def paired_ci(t: pd.DataFrame, ref: pd.DataFrame, name: str, how: str, seed: int
 
 @lru_cache(maxsize=2)  # the policies of one draw share it when the cells run in one process
 def load_case(name: str, case: TraceCase, root: Path, seed: int):
-    """The jobs (with default utilities), the load-sized cluster and the offered load of one draw."""
+    """The jobs (with default utilities), the cluster (load-sized, or the preset as is when
+    `case.load` is None), the throughput model, the offered load and the trace's notes of one draw."""
     path = root / case.path
     if not path.exists():
         raise ConfigError(f"{name}: {path} not found (the real-traces experiment needs the shared traces); "
                           f"{missing_traces_hint(str(case.path))}")
-    w = load_trace(path, case.fmt, limit=case.limit, seed=seed, traces=root, profiles=case.profiles)
+    w = load_trace(path, case.fmt, limit=case.limit, elastic=case.elastic, seed=seed, traces=root,
+                   profiles=case.profiles)
     jobs, _ = with_default_utilities(w.jobs)
     throughput = default_throughput(root)
-    cluster = cluster_for_load(jobs, load_cluster(case.base), LOAD, throughput)
-    return jobs, cluster, throughput, offered_load(jobs, cluster, throughput), w.notes
+    sizing = at_load(jobs, load_cluster(case.base), case.load, throughput)
+    return jobs, sizing.cluster, throughput, sizing.offered, w.notes
 
 
 @dataclass(frozen=True)
@@ -193,8 +207,8 @@ class RealTraceCell:
 
     @property
     def key(self) -> str:
-        return content_key({"kind": "real-traces", "case": self.case_name, **asdict(self.case), "seed": self.seed,
-                            "policy": self.policy, "load": LOAD})
+        return content_key({"kind": "real-traces", "case": self.case_name, **self.case.key_content(),
+                            "seed": self.seed, "policy": self.policy})
 
     @property
     def name(self) -> str:
@@ -210,10 +224,12 @@ class RealTraceCell:
             opts.update(slot_seconds=picked[0], horizon=picked[1])
         t0 = time.perf_counter()
         r = simulate(jobs, cluster, make_policy(self.policy, **opts), throughput, SimConfig(seed=self.seed))
+        served = r.jobs["throughput_model"].fillna("?").value_counts()
         return CellResult({
             **self.labels(), "sim_wall_s": time.perf_counter() - t0, "oracle": bool(r.summary["oracle"]),
             "cluster": cluster.describe(), "gpus": cluster.total_gpus, "offered_load": ol.effective, "jobs": len(jobs),
-            "finished": r.summary["finished"], "rejected": r.summary["rejected"], "notes": json.dumps(notes)},
+            "finished": r.summary["finished"], "rejected": r.summary["rejected"], "notes": json.dumps(notes),
+            "throughput": json.dumps({str(k): int(v) for k, v in served.items()})},
             _job_table(r))
 
 
@@ -226,6 +242,17 @@ def run(out: Path, root: Path, *, cases: dict[str, TraceCase] | None = None, pol
     `report_only`: run nothing, write the report from the cells there are (a policy missing a
     draw of a workload reads "not run" there)."""
     cases = CASES if cases is None else cases
+    runs = run_grid(out, root, cases, policies, step=step, report_only=report_only, workers=workers, address=address)
+    write_results(out, runs, cases, policies)
+    return runs
+
+
+def run_grid(out: Path, root: Path, cases: dict[str, TraceCase], policies: tuple[str, ...], *,
+             step: Callable[[str], None] | None = None, report_only: bool = False, workers: int = 1,
+             address: str | None = None, extra: tuple[str, ...] = ()) -> pd.DataFrame:
+    """The running half of `run` (the robustness experiment shares it): every (case, draw, policy)
+    cell not yet in `out`, then one row per finished cell with its facts, the row columns named in
+    `extra` (empty when a cell written earlier lacks one) and every metric."""
     (out / "cells").mkdir(parents=True, exist_ok=True)
     cells = [RealTraceCell(cname, case, seed, p, str(root))
              for cname, case in cases.items() for seed in range(case.seeds) for p in policies]
@@ -246,13 +273,11 @@ def run(out: Path, root: Path, *, cases: dict[str, TraceCase] | None = None, pol
         t = store.jobs(c)
         rows.append({**{k: meta[k] for k in ("case", "seed", "policy", "wall_s", "oracle", "gpus", "offered_load",
                                             "jobs", "finished", "rejected")},
-                     **{m: _metric(t, m) for m in METRICS}})
-    runs = pd.DataFrame(rows)
-    write_results(out, runs, cases, policies)
-    return runs
+                     **{k: meta.get(k, "") for k in extra}, **{m: _metric(t, m) for m in METRICS}})
+    return pd.DataFrame(rows)
 
 
-def _tables(out: Path, cases: dict[str, TraceCase], policies) -> dict[str, pd.DataFrame]:
+def job_tables(out: Path, cases: dict[str, TraceCase], policies) -> dict[str, pd.DataFrame]:
     """Per case, every cell's job table (draws stacked, with a `run` column); a (case, policy)
     with a draw not run yet is left out."""
     cells_dir = out / "cells"
@@ -266,9 +291,9 @@ def _tables(out: Path, cases: dict[str, TraceCase], policies) -> dict[str, pd.Da
     return got
 
 
-def summarize(out: Path, cases: dict[str, TraceCase], policies) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per case, policy and metric: value and 95% CI; the claims table)."""
-    tables = _tables(out, cases, policies)
+def summarize(out: Path, cases: dict[str, TraceCase], policies, claims=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per case, policy and metric: value and 95% CI; the table of `claims`, default CLAIMS)."""
+    tables = job_tables(out, cases, policies)
     rows = []
     for cname in cases:
         for p in policies:
@@ -282,17 +307,17 @@ def summarize(out: Path, cases: dict[str, TraceCase], policies) -> tuple[pd.Data
                 lo, hi = bootstrap_ci(x, f)
                 rows.append({"case": cname, "policy": p, "metric": m, "value": _metric(t, m), "low": lo, "high": hi,
                              "run": True})
-    claims = []
+    checked = []
     for cname in cases:
-        for p, m, ref, rel, bound in CLAIMS:
+        for p, m, ref, rel, bound in (CLAIMS if claims is None else claims):
             if f"{cname}/{p}" not in tables or f"{cname}/{ref}" not in tables:
                 continue
             how, op = rel.split()
             v, lo, hi = paired_ci(tables[f"{cname}/{p}"], tables[f"{cname}/{ref}"], m, how)
             ok = None if v != v else {">=": v >= bound, ">": v > bound, "<=": v <= bound}[op]  # NaN: not defined here
-            claims.append({"case": cname, "claim": f"{p} vs {ref}: {METRICS[m][0]} {how} {op} {bound:g}",
-                           "measured": v, "low": lo, "high": hi, "holds": "n/a" if ok is None else str(ok)})
-    return pd.DataFrame(rows), pd.DataFrame(claims)
+            checked.append({"case": cname, "claim": f"{p} vs {ref}: {METRICS[m][0]} {how} {op} {bound:g}",
+                            "measured": v, "low": lo, "high": hi, "holds": "n/a" if ok is None else str(ok)})
+    return pd.DataFrame(rows), pd.DataFrame(checked)
 
 
 def _plot(summary: pd.DataFrame, metric: str, path: Path) -> None:
