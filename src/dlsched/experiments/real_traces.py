@@ -19,6 +19,7 @@ The issue's claims are checked on every workload and reported as measured, whate
 from __future__ import annotations
 
 import json
+import operator
 import time
 from dataclasses import asdict, dataclass
 from functools import lru_cache
@@ -46,6 +47,9 @@ from dlsched.traces import load_trace
 from dlsched.traces.load import at_load
 
 LOAD = 0.8
+#: A claim's comparison of a measured ratio with its bound, by its written operator.
+OPS: dict[str, Callable[[float, float], bool]] = {
+    "<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt}
 POLICIES: tuple[str, ...] = (*DEFAULT_POLICIES, "kube-autoscale", "edf")
 ORACLES = frozenset({"oasis"}) | UTILITY_DRIVEN  # srtf is an oracle by construction
 
@@ -314,7 +318,7 @@ def summarize(out: Path, cases: dict[str, TraceCase], policies, claims=None) -> 
                 continue
             how, op = rel.split()
             v, lo, hi = paired_ci(tables[f"{cname}/{p}"], tables[f"{cname}/{ref}"], m, how)
-            ok = None if v != v else {">=": v >= bound, ">": v > bound, "<=": v <= bound}[op]  # NaN: not defined here
+            ok = None if v != v else OPS[op](v, bound)  # NaN: not defined here
             checked.append({"case": cname, "claim": f"{p} vs {ref}: {METRICS[m][0]} {how} {op} {bound:g}",
                             "measured": v, "low": lo, "high": hi, "holds": "n/a" if ok is None else str(ok)})
     return pd.DataFrame(rows), pd.DataFrame(checked)

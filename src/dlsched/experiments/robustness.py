@@ -114,9 +114,6 @@ CLAIMS: tuple[Claim, ...] = (
 #: The baselines "best baseline" picks from: the six without SRTF, an oracle (it plans from each job's true work).
 REFERENCE_BASELINES: tuple[str, ...] = tuple(b for b in BASELINES if b != "srtf")
 
-_OPS: dict[str, Callable[[float, float], bool]] = {
-    "<=": lambda v, b: v <= b, ">=": lambda v, b: v >= b, "<": lambda v, b: v < b, ">": lambda v, b: v > b}
-
 
 def cell_name(form: str, size: str) -> str:
     return f"{form}@{size}"
@@ -186,7 +183,7 @@ def check_claims(tables: dict[str, pd.DataFrame], where: dict[str, tuple[str, st
                 continue
             v, lo, hi = rt.paired_ci(tables[f"{case}/{c.policy}"], tables[f"{case}/{ref}"], c.metric, "ratio")
             rows.append({**row, "value": v, "low": lo, "high": hi,
-                         "holds": "n/a" if v != v else str(_OPS[c.op](v, c.bound))})
+                         "holds": "n/a" if v != v else str(rt.OPS[c.op](v, c.bound))})
     cols = ["claim", "cell", "form", "size", "policy", "reference", "value", "low", "high", "holds"]
     return pd.DataFrame(rows, columns=cols)
 

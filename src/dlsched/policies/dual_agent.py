@@ -93,19 +93,18 @@ class DualAgent(Policy):
 
     def schedule(self, snap: Snapshot) -> Plan:
         agent = self.placement if isinstance(self.placement, AgentPlacement) else None
-        if not snap.pending and self.trajectory is None and self.mode != "sample":
-            # Nothing waits: the order only says which running job stops for a waiting one, and the
-            # minimal-preemption realiser keeps every running (rigid) job where it is. Only the
-            # machine-speed estimate learns, as on every call, so every later decision is the one
-            # it would have been. (On the Alibaba 2023 pods, weeks-long runs on a roomy cluster,
-            # such calls were nearly all of them, and each encoded all 1,213 machines.)
-            if agent is not None:
-                agent.learn(snap)
-            elif isinstance(self.placement, Observer):
-                self.placement.observe(snap)
-            return Plan(keep_running=True)
-        if isinstance(self.placement, Observer):
+        # Nothing waits: the order only says which running job stops for a waiting one, and the
+        # minimal-preemption realiser keeps every running (rigid) job where it is. Only the
+        # machine-speed estimate learns, as on every call, so every later decision is the one it
+        # would have been. (On the Alibaba 2023 pods, weeks-long runs on a roomy cluster, such
+        # calls were nearly all of them, and each encoded all 1,213 machines.)
+        idle = not snap.pending and self.trajectory is None and self.mode != "sample"
+        if idle and agent is not None:
+            agent.learn(snap)
+        elif isinstance(self.placement, Observer):
             self.placement.observe(snap)
+        if idle:
+            return Plan(keep_running=True)
         jobs = [*snap.running, *snap.pending]
         if not jobs:
             return Plan()
