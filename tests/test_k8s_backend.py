@@ -907,3 +907,55 @@ def test_a_run_that_finished_before_its_node_failed_is_done_not_lost(make, k8s_c
     finally:
         set_label(k8s_client, name, "dlsched.test/node-down", None)
     wait_until("the node Ready", lambda: node_ready(k8s_client, name))
+
+
+@on_k8s
+def test_pods_that_reached_their_end_unseen_before_their_delete_was_taken_are_not_trained_again(
+        make, k8s_client, k8s_namespace, tmp_path, monkeypatch):
+    """The API server away from a stop (or a failure) on, past the run's sim-end, and the backend's
+    pod watch away when kwok completed the pods (it lists again after an API server restart, and a
+    Succeeded pod whose delete is then taken goes at once): the backend never sees them Succeeded.
+    Their deletes were taken after their end, so they may have trained the job to the end: the next
+    attempt resumes at the last step (it used to resume from the stop's checkpoint and train the
+    job to the end a second time: tests/test_k8s_chaos.py, in CI)."""
+    from lightkube.resources.core_v1 import Pod
+
+    from dlsched.live.backends import kubernetes
+    from dlsched.live.backends.k8s_runs import read_sim_checkpoint
+
+    monkeypatch.setattr(kubernetes, "KILL_WAIT_S", 1.0)
+    b = make()
+    watch = b._pods
+    seen_succeeded = []
+
+    def blind(kind, uid, new, old):  # the watch away whenever a pod turned Succeeded
+        if new is not None and new.phase == "Succeeded":
+            seen_succeeded.append(uid)
+            return
+        real(kind, uid, new, old)
+
+    real = watch.on_change
+    monkeypatch.setattr(watch, "on_change", blind)
+    b.apply([], [launch(tmp_path, "stopped", {0: (1, 0)}, steps=10),
+                 launch(tmp_path, "failed", {1: (1, 0), 2: (1, 0)}, steps=10)])
+    wait_until("the pods Running", lambda: set(b.pod_phases("stopped").values()) | set(b.pod_phases("failed").values())
+               == {"Running"})
+    end = dt.datetime.fromisoformat(api_pods(k8s_client, k8s_namespace, "stopped")[0]
+                                    .metadata.annotations[kp.A_SIM_END].replace("Z", "+00:00")).timestamp()
+    assert time.time() < end - 0.3  # (10 steps at 10/s after a 0.5 s start: about 1.5 s)
+    away = {"until": time.monotonic() + (end - time.time()) + 2.0}  # the API server back 2 s after the end
+    monkeypatch.setattr(b.api.client, "delete", refused_while(away, b.api.client.delete))
+    k8s_client.delete(Pod, "failed-a0-worker1", namespace=k8s_namespace, grace_period=0)  # behind dlsched's back
+    assert wait_obs(b, "failed", lambda o: o.state != "running").state == "failed"  # its survivor's delete refused
+    b.apply(["stopped"], [], timeout=20.0)  # asked before the end, taken after it
+    o = b.observe()["stopped"]
+    assert time.time() > end and o.state == "stopped" and o.step == 10, o
+    assert read_sim_checkpoint(tmp_path / "stopped") == 10
+    wait_until("the failed run's survivor deleted", lambda: b.observe() is not None
+               and api_pods(k8s_client, k8s_namespace, "failed") == [])
+    assert seen_succeeded, "kwok never completed a pod: nothing was tested"
+    b.apply([], [launch(tmp_path, "stopped", {0: (1, 0)}, steps=10, attempt=1),
+                 launch(tmp_path, "failed", {1: (1, 0)}, steps=10, attempt=1)])
+    for jid in ("stopped", "failed"):
+        pod, = api_pods(k8s_client, k8s_namespace, jid, attempt=1)
+        assert pod.metadata.annotations[kp.A_SIM_BASE] == "10", jid  # it only confirms the end

@@ -76,6 +76,9 @@ class KubeApi:
         # for `retry_deletes`; without it a pod whose delete failed ran on until its job was launched
         # again (found by tests/test_k8s_chaos.py: pods of failed runs trained to the end meanwhile)
         self.undeleted: dict[str, tuple[str, int]] = {}
+        # uid -> unix time its first delete was taken (or found it gone): when its deletion began at
+        # the latest; a sim pod whose delete was taken after its sim-end may have completed first
+        self.taken: dict[str, float] = {}
         self._undeleted_lock = threading.Lock()
         self._retried_at = 0.0
 
@@ -164,29 +167,41 @@ class KubeApi:
         from lightkube import ApiError
         from lightkube.resources.core_v1 import Pod
 
-        def one(p: tuple[str, str]) -> str:  # "" (deleted or gone), "retry" or "refused"
+        def one(p: tuple[str, str]) -> tuple[str, float]:  # ("" (deleted or gone), "retry" or "refused"; when)
             try:
                 self.client.delete(Pod, p[0], namespace=self.namespace, grace_period=grace)
             except ApiError as exc:
                 if exc.status.code == 404:
-                    return ""
+                    return "", time.time()
                 log.warning("deleting pod %s: %s", p[0], exc.status.message)
-                return "retry" if exc.status.code == 429 or exc.status.code >= 500 else "refused"
+                return "retry" if exc.status.code == 429 or exc.status.code >= 500 else "refused", 0.0
             except Exception as exc:  # noqa: BLE001 - the connection: retried by `retry_deletes`
                 log.warning("deleting pod %s: %s", p[0], exc)
-                return "retry"
-            return ""
+                return "retry", 0.0
+            return "", time.time()
 
         pods = list(pods)
         outcomes = self.map(one, pods)
         with self._undeleted_lock:
-            for (name, uid), outcome in zip(pods, outcomes):
+            for (name, uid), (outcome, when) in zip(pods, outcomes):
                 if outcome == "retry":
                     before = self.undeleted.get(name)
                     self.undeleted[name] = (uid, grace if before is None else min(grace, before[1]))
                 else:
                     self.undeleted.pop(name, None)
-        return [p for p, outcome in zip(pods, outcomes) if outcome]
+                    if not outcome and uid:
+                        self.taken.setdefault(uid, when)
+        return [p for p, (outcome, _) in zip(pods, outcomes) if outcome]
+
+    def deletion_taken(self, uids: Iterable[str], forget: bool = False) -> dict[str, float]:
+        """uid -> unix time its first delete was taken, for those of `uids` that have one (and
+        drop them from the record with `forget`: the backend is done with those pods)."""
+        with self._undeleted_lock:
+            got = {u: self.taken[u] for u in uids if u in self.taken}
+            if forget:
+                for u in got:
+                    del self.taken[u]
+        return got
 
     def retry_deletes(self, keep: Callable[[str], bool], every: float = 1.0) -> None:
         """Delete again (at most every `every` seconds) the pods whose delete the API server did

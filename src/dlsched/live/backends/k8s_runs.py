@@ -59,6 +59,8 @@ class KRun:
     # uids seen Succeeded before anyone deleted them (written by the watch thread): in sim mode, pods
     # that reached their sim-end, whatever a stop that came too late says
     succeeded: set[str] = field(default_factory=set)
+    # uid -> when the watch first saw it being deleted or gone (written by the watch thread)
+    deletion_seen: dict[str, float] = field(default_factory=dict)
     stop_step: int | None = None  # the step a stop checkpointed (sim)
     ended_at: float | None = None  # unix time it stopped running (its made-up progress stops there)
     reader: ProgressReader | None = None  # real mode

@@ -58,6 +58,7 @@ themselves, like every backend); watch threads only update caches under `self._c
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import defaultdict
@@ -259,6 +260,8 @@ class KubernetesBackend(Backend):
         run = self._runs.get(self._uid_job.get(uid, ""))
         if run is None or uid not in run.pods:
             return
+        if kind == "DELETED" or (new is not None and new.deleting):
+            run.deletion_seen.setdefault(uid, self.clock())
         if kind == "DELETED":
             run.gone.add(uid)
         elif new is not None and new.phase == "Succeeded" and not new.deleting:
@@ -380,10 +383,14 @@ class KubernetesBackend(Backend):
     def _abandon(self, launch: Launch, pods: list[PodInfo], attempt: int) -> None:
         """Delete every pod and Service of a job that cannot be adopted, and wait until they are gone."""
         live = [p for p in pods if p.phase not in ("Succeeded", "Failed") and not p.deleting]
-        ann = next((p.annotations for p in live if int(p.labels.get(kp.L_ATTEMPT, -1)) == attempt), None)
+        mine = {p.uid: p for p in pods if int(p.labels.get(kp.L_ATTEMPT, -1)) == attempt}
+        done = {u for u, p in mine.items() if p.phase == "Succeeded" and not p.deleting}
+        ann = next((p.annotations for p in live if p.uid in mine), None)
+        run = None
         if self.mode == "sim" and ann and kp.A_SIM_START in ann:  # it ran until now: checkpointed, as a stop
             run = KRun(launch, "", attempt, started=float(ann[kp.A_SIM_START]), base=int(ann.get(kp.A_SIM_BASE, 0)),
-                       rate=float(ann.get(kp.A_SIM_RATE, 0.0)) or self._rate(launch))
+                       rate=float(ann.get(kp.A_SIM_RATE, 0.0)) or self._rate(launch),
+                       pods={u: p.name for u, p in mine.items()}, succeeded=done)
             self._checkpoint(launch, run.made_up_step(self.clock(), self._pause(run.attempt)))
         self.api.delete_pods([(p.name, p.uid) for p in pods if p.phase in ("Succeeded", "Failed")], 0)
         self.api.delete_pods([(p.name, p.uid) for p in live], self.tpl.grace_s)
@@ -392,6 +399,9 @@ class KubernetesBackend(Backend):
         while self.api.job_pods(launch.job_id) and time.monotonic() < deadline:
             time.sleep(0.1)
         self.api.delete_pods([(p.metadata.name, p.metadata.uid) for p in self.api.job_pods(launch.job_id)], 0)
+        if self.mode == "sim" and (done or (run is not None and self._reached_sim_end(run))):
+            self._checkpoint(launch, launch.job.steps)  # its pods got to their end before their deletes
+        self.api.deletion_taken([p.uid for p in pods], forget=True)
 
     def forget(self, job_id: str) -> None:
         run = self._runs.get(job_id)
@@ -409,6 +419,7 @@ class KubernetesBackend(Backend):
                 self._leaving.update(u for _, u in left if u not in self._pods.items
                                      or self._pods.items[u].phase not in ("Succeeded", "Failed"))
         self._delete_service(run)
+        self.api.deletion_taken(run.pods, forget=True)
         with self._cond:
             for uid in run.pods:
                 self._uid_job.pop(uid, None)
@@ -622,6 +633,10 @@ class KubernetesBackend(Backend):
             return None
         sim = None
         if self.mode == "sim":
+            if old is not None:
+                if self._reached_sim_end(old):  # e.g. a failed run's survivors deleted after their end
+                    self._checkpoint(launch, launch.job.steps)
+                self.api.deletion_taken(old.pods, forget=True)
             base = self._checkpoints.get(launch.job_id)
             run.base = read_sim_checkpoint(Path(launch.job_dir)) if base is None else base
             run.rate = self._rate(launch)
@@ -752,9 +767,24 @@ class KubernetesBackend(Backend):
         return min(ends) + 1e-3 if ends else None
 
     def _reached_sim_end(self, run: KRun) -> bool:
-        """Sim: a pod of the run turned Succeeded before anyone deleted it, so the run reached its
-        sim-end (one instant for all its pods: kwok completes them one by one), whatever ended it."""
-        return self.mode == "sim" and bool(run.succeeded)
+        """Sim: the run may have trained to its end, whatever ended it, so its next attempt resumes
+        at the end. Either a pod of it was seen Succeeded before anyone deleted it (one instant for
+        all its pods: kwok completes them one by one), or, kwok completing the pods, the deletion of
+        one of its pods began (its delete was taken, or a watch saw it go) at or after the run's
+        sim-end, or has not begun by then: kwok's completion may have come first, unseen by the
+        backend's watch while it listed again (an API server restart), and the next attempt trained
+        the job to the end a second time (tests/test_k8s_chaos.py, in CI)."""
+        if self.mode != "sim":
+            return False
+        if run.succeeded:
+            return True
+        if not self._kwok_completes or not run.pods or run.rate <= 0:
+            return False
+        end = math.floor(run.sim_end(self._pause(run.attempt)) * 1000) / 1000  # its annotation, to the ms
+        taken, now = self.api.deletion_taken(run.pods), self.clock()
+        with self._cond:
+            seen = dict(run.deletion_seen)
+        return any(min(taken.get(u, now), seen.get(u, now)) >= end for u in run.pods)
 
     def _fail(self, run: KRun, message: str) -> None:
         """The run is dead: delete what is left of it at once (the survivors would wait in a
