@@ -9,7 +9,11 @@ promises on what the jobs themselves wrote (`progress.jsonl`, `done.json`) and w
 says — not on what the controller believes.
 
 Faults, by kind:
-- `kill-trainer`: SIGKILL one live trainer process of a running job.
+- `kill-trainer`: SIGKILL one live trainer process of a running job whose run has started training
+  (its `start` record is written), so the kill costs work to recover from; a trainer still in its
+  start-up (imports take seconds) has nothing to resume from, and a run whose kills all landed there
+  showed no recovery at all (a `.ci/run` here: three kills of one job, each in start-up). With none
+  training it is tried again later, as any fault with nothing to hit.
 - `kill-service`: SIGKILL the service (no clean-up at all) and start it again on the same store.
 - `corrupt-checkpoint`: overwrite a running job's newest checkpoint with garbage, then SIGKILL its
   trainer so the next run has to read it.
@@ -208,15 +212,34 @@ class _Injector:
         self.faults.append(fault)
         return fault
 
+    def training(self, job_id: str) -> bool:
+        """The job's current run (pids.json) has written its `start` record: it trains."""
+        job_dir = self.svc.job_dir(job_id)
+        try:
+            run = json.loads((job_dir / "pids.json").read_text())["run"]
+            lines = (job_dir / "progress.jsonl").read_text().splitlines()
+        except (OSError, ValueError, KeyError):
+            return False
+        for line in reversed(lines):
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("run") != run:
+                return False
+            if rec.get("event") == "start":
+                return True
+        return False
+
     def _kill_trainer(self, fault: Fault) -> None:
         for job in self._shuffled_running():
             pids = self.trainer_pids(job["id"])
-            if pids:
+            if pids and self.training(job["id"]):
                 fault.job = job["id"]
                 os.kill(self.rng.choice(pids), signal.SIGKILL)
                 fault.outcome = "injected"
                 return
-        fault.outcome = "skipped: nothing running"
+        fault.outcome = "skipped: nothing training"
 
     def _kill_service(self, fault: Fault) -> None:
         self.svc.kill()
