@@ -34,24 +34,34 @@ def _roles():
     return dict(teacher=lambda: make_policy("drf"), student=DL2Policy, traces=traces_dir())
 
 
+#: (validation JCTs, sum of the trained weights) of `test_workers_1_...`: the figures the code before
+#: parallel training (commit 5413359) gave on this config, each set reproduced run after run on one
+#: machine. Which set a machine gives depends on the machine, not on dlsched: the python machines
+#: (a local CPU wheel) and a polyglot machine of 2026-11-29 (PyPI's torch 2.13.0, AVX-512 and AMX)
+#: give A; an earlier polyglot machine (the same wheel) gave B. The first validation differs
+#: in its last digit, and four RL episodes of such differences move the third by 2%.
+SERIAL_FIGURES = {
+    "A": ([8647.99273267325, 8814.774631315291, 8520.87250845288], 330.5955721258779),
+    "B": ([8647.99273267323, 8814.774631315275, 8353.616659770783], 330.82222557057867),
+}
+
+
 def test_workers_1_trains_exactly_as_the_serial_code_did(tmp_path):
-    # Figures from the code before parallel training (commit 5413359) on this config: the serial
-    # learner, its draws and its updates are unchanged; only columns were added to validation.csv.
-    # Re-measured on the polyglot machines (PyPI's torch 2.13.0 CUDA build and NumPy 2.4, where the
-    # python machines had a local CPU wheel): the first validation moves in its last digit
-    # (8647.99273267325 → ...323), and four RL episodes of such differences move the third by 2%
-    # (8520.87 → 8353.62 s); the same code gives these figures run after run on one machine.
+    # The serial learner, its draws and its updates are unchanged; only columns were added to
+    # validation.csv. Exactly one of the two measured sets, to the last digits.
     from dlsched.rl.train_dl2 import DL2TrainConfig, train_dl2
 
     cfg = DL2TrainConfig(**TINY, rl_episodes=4, validate_every=2)
     meta = train_dl2(cfg, tmp_path, **_roles())
     rows = list(csv.DictReader(open(tmp_path / "validation.csv")))
-    assert [float(r["validation_jct_s"]) for r in rows] == pytest.approx(
-        [8647.99273267323, 8814.774631315275, 8353.616659770783], rel=1e-12)
-    assert [r["env_steps"] for r in rows] == ["0", "165", "310"]
-    assert meta["best_validation_jct_s"] == pytest.approx(8353.616659770783, rel=1e-12)
+    got = [float(r["validation_jct_s"]) for r in rows]
     weights = torch.load(tmp_path / "model.pt")["state_dict"]
-    assert sum(float(v.double().sum()) for v in weights.values()) == pytest.approx(330.82222557057867, abs=1e-9)
+    total = sum(float(v.double().sum()) for v in weights.values())
+    matches = [name for name, (jcts, wsum) in SERIAL_FIGURES.items()
+               if got == pytest.approx(jcts, rel=1e-12) and total == pytest.approx(wsum, abs=1e-9)]
+    assert len(matches) == 1, (got, total)
+    assert [r["env_steps"] for r in rows] == ["0", "165", "310"]
+    assert meta["best_validation_jct_s"] == pytest.approx(min(got), rel=1e-12)
 
 
 @pytest.mark.parametrize("backend", ["process", "ray"])
