@@ -217,19 +217,10 @@ class _Injector:
         job_dir = self.svc.job_dir(job_id)
         try:
             run = json.loads((job_dir / "pids.json").read_text())["run"]
-            lines = (job_dir / "progress.jsonl").read_text().splitlines()
+            recs = progress_records(job_dir)
         except (OSError, ValueError, KeyError):
             return False
-        for line in reversed(lines):
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if rec.get("run") != run:
-                return False
-            if rec.get("event") == "start":
-                return True
-        return False
+        return any(r.get("run") == run and r.get("event") == "start" for r in recs)
 
     def _kill_trainer(self, fault: Fault) -> None:
         for job in self._shuffled_running():
