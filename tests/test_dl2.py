@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from dlsched.core import Cluster, JobSpec
 from dlsched.core.errors import ConfigError
 from dlsched.policies.drf import drf
-from dlsched.models.dl2_network import DL2Net
+from dlsched.models.dl2_network import ActorInference, DL2Net
 from dlsched.rl.env import SchedulingEnv
 from dlsched.models.replay import PrioritizedReplay
 from dlsched.models.slot_builder import ROWS, action_dim
@@ -152,6 +152,32 @@ def test_stay_cap_saturates_state_row_1_and_travels_with_the_model(tmp_path):
     assert again.stay_cap == 0.5 and again.config()["stay_cap"] == 0.5
     save_model(DL2Net(4), tmp_path / "plain.pt")  # a model without the key: DL2's state, as before
     assert load_model(tmp_path / "plain.pt")[0].stay_cap is None and "stay_cap" not in DL2Net(4).config()
+
+
+@pytest.mark.parametrize("stay_cap", [None, 1.0])
+def test_numpy_inference_gives_the_networks_logits_and_the_same_draws(stay_cap):
+    """`ActorInference` (the slot loop's NumPy forward pass) against the network itself through
+    PyTorch: logits to float32 rounding, and the same action drawn by a same-seeded generator as
+    `rng.choice` over the PyTorch softmax, on states from trained batch-norm statistics."""
+    torch.manual_seed(3)
+    net = DL2Net(window=20, stay_cap=stay_cap)
+    net.train()
+    with torch.no_grad():
+        net.actor(net._inputs(torch.rand(64, ROWS, 20) * 3))  # running statistics away from 0/1
+    net.eval()
+    actor = ActorInference(net)
+    gen, r_torch, r_numpy = np.random.default_rng(0), np.random.default_rng(5), np.random.default_rng(5)
+    for _ in range(500):
+        state = (gen.random((ROWS, 20)) * gen.random() * 5).astype(np.float32)
+        mask = gen.random(action_dim(20)) < gen.random()
+        mask[-1] = True
+        with torch.no_grad():
+            logits = net.logits(torch.from_numpy(state)[None], torch.from_numpy(mask)[None])[0]
+        np.testing.assert_allclose(actor.logits(state, mask)[mask], logits.numpy()[mask], rtol=1e-5, atol=1e-5)
+        p = torch.softmax(logits, 0).numpy().astype(float)
+        assert actor.choose(state, mask, r_numpy) == r_torch.choice(len(p), p=p / p.sum())
+        assert actor.choose(state, mask, r_numpy, greedy=True) == int(torch.argmax(logits))
+    assert r_numpy.random() == r_torch.random()  # one uniform per draw on both sides
 
 
 def test_warmup_imitates_the_teacher():

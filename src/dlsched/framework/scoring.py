@@ -61,6 +61,14 @@ def least_loaded(free: np.ndarray, cap: np.ndarray, demand: np.ndarray | None = 
     return -(cap - free).sum(axis=1)
 
 
+def fitting_nodes(free: np.ndarray, demand: np.ndarray, allowed: np.ndarray | None = None) -> np.ndarray:
+    """Mask of the nodes with room for one task of `demand` (within `allowed`, if given)."""
+    ok = (free + _EPS >= demand).all(axis=1)
+    if allowed is not None:
+        ok &= allowed
+    return ok
+
+
 def best_node(
     free: np.ndarray,
     cap: np.ndarray,
@@ -75,9 +83,7 @@ def best_node(
 
     `allowed` masks the nodes a task may use (its GPU type); among fitting nodes, any in `prefer`
     beats every other (a binder that keeps a job's pods together)."""
-    ok = (free + _EPS >= demand).all(axis=1)
-    if allowed is not None:
-        ok &= allowed
+    ok = fitting_nodes(free, demand, allowed)
     if prefer is not None and (ok & prefer).any():
         ok &= prefer
     if not ok.any():

@@ -47,7 +47,7 @@ from dlsched.core.plan import Plan
 from dlsched.core.snapshot import JobState, Snapshot
 from dlsched.estimators.progress_predictor import RemainingWork
 from dlsched.framework.packing import add_use, eligible
-from dlsched.framework.scoring import best_node, least_loaded
+from dlsched.framework.scoring import best_node, fitting_nodes, least_loaded
 from dlsched.framework.scoring import dominant_share
 
 ROWS = 6
@@ -88,6 +88,8 @@ class SlotBuilder:
         self._totals: dict[str, list[int]] = {j.job_id: [0, 0] for j in self.jobs}  # workers, PSs
         self._window: list[JobState] | None = None
         self._fit_cache: dict[tuple, bool] = {}  # (task demands, gpu type) -> fits now
+        self._shares: dict[tuple, float] = {}  # (worker demand, PS demand, workers, PSs) -> dominant share
+        self._fixed: dict[str, tuple[float, float, float]] = {}  # a job's state rows 0-2: fixed within a slot
         self.remaining = remaining
         # between slots nothing reads the state: skip the estimates (a call per waiting job)
         self._remaining_fraction = {} if between_slots else {j.job_id: self._remaining_of(j) for j in self.jobs}
@@ -116,8 +118,15 @@ class SlotBuilder:
         self._fit_cache.clear()
 
     def share(self, job: JobState) -> float:
+        """The job's dominant share of what the slot gave it so far (cached by demand and counts:
+        the state asks it for every window job at every action, and jobs repeat a few shapes)."""
         w, p = self._totals[job.job_id]
-        return float(dominant_share(job.spec.demand(w, p), self.capacity_total))
+        spec = job.spec
+        key = (spec.worker_demand, spec.ps_demand, w, p)
+        share = self._shares.get(key)
+        if share is None:
+            share = self._shares[key] = float(dominant_share(spec.demand(w, p), self.capacity_total))
+        return share
 
     def _node_for(self, spec: JobSpec, demand: np.ndarray, prefer: np.ndarray | None = None) -> int:
         return best_node(self.free, self.cluster.capacity, demand, least_loaded, eligible(self.cluster, spec), prefer)
@@ -235,15 +244,21 @@ class SlotBuilder:
 
     def state(self) -> np.ndarray:
         x = np.zeros((ROWS, self.window), dtype=np.float32)
-        now = self.snap.now
-        for i, job in enumerate(self.window_jobs()):
-            x[0, i] = job_type(job.spec) / NUM_TYPES
-            x[1, i] = (now - job.spec.submit_time) / self.slot_seconds / 10.0
-            x[2, i] = self._remaining_fraction[job.job_id]
-            x[3, i] = self.share(job)
-            x[4, i] = self.workers(job) / MAX_TASKS
-            x[5, i] = self.ps(job) / MAX_TASKS
+        jobs = self.window_jobs()
+        if jobs:  # one conversion of the columns (rows 0-2 do not change within a slot)
+            x[:, :len(jobs)] = np.array([self._fixed_rows(job) + (self.share(job), self.workers(job) / MAX_TASKS,
+                                                                  self.ps(job) / MAX_TASKS) for job in jobs],
+                                        dtype=np.float32).T
         return x
+
+    def _fixed_rows(self, job: JobState) -> tuple[float, float, float]:
+        """Rows 0-2 of the job's column: its type, slots in the system / 10, remaining fraction."""
+        rows = self._fixed.get(job.job_id)
+        if rows is None:
+            rows = self._fixed[job.job_id] = (job_type(job.spec) / NUM_TYPES,
+                                              (self.snap.now - job.spec.submit_time) / self.slot_seconds / 10.0,
+                                              self._remaining_fraction[job.job_id])
+        return rows
 
     def mask(self) -> np.ndarray:
         m = np.zeros(action_dim(self.window), dtype=bool)
@@ -255,14 +270,14 @@ class SlotBuilder:
 
     def _valid(self, job: JobState, kind: int) -> bool:
         s = job.spec
-        has_gang = self.ps(job) >= s.min_ps and self.workers(job) >= s.min_workers
-        if not has_gang:  # its minimum did not fit: growing part of a job that cannot run is waste
+        workers, ps = self._totals[job.job_id]
+        if ps < s.min_ps or workers < s.min_workers:  # its minimum did not fit: growing part of a job that cannot run is waste
             return False
         want_w = kind in (WORKER, BUNDLE)
         want_p = kind in (PS, BUNDLE)
-        if want_p and (s.arch is not Architecture.PS or self.ps(job) >= s.max_ps):
+        if want_p and (s.arch is not Architecture.PS or ps >= s.max_ps):
             return False
-        if want_w and self.workers(job) >= s.max_workers:
+        if want_w and workers >= s.max_workers:
             return False
         key = ((s.ps_demand,) if want_p else ()) + ((s.worker_demand,) if want_w else ()) + (s.gpu_type,)
         hit = self._fit_cache.get(key)
@@ -273,6 +288,8 @@ class SlotBuilder:
 
     def _fits(self, spec: JobSpec, tasks: list[np.ndarray]) -> bool:
         """Whether the tasks, placed one after the other as `_add` would, all find a node."""
+        if len(tasks) == 1:  # one task: whether any node has room (`best_node` without the scores)
+            return bool(fitting_nodes(self.free, tasks[0], eligible(self.cluster, spec)).any())
         saved = self.free
         self.free = saved.copy()
         try:

@@ -42,7 +42,7 @@ from dlsched.core.job import Architecture
 from dlsched.core.snapshot import JobState, Snapshot
 from dlsched.estimators.progress_predictor import RemainingWork
 from dlsched.models.dl2_update import RLConfig, update
-from dlsched.models.dl2_network import DL2Net, choose_action
+from dlsched.models.dl2_network import ActorInference, DL2Net
 from dlsched.models.model_io import load_model
 from dlsched.models.replay import PrioritizedReplay
 from dlsched.models.slot_builder import ROWS, SlotBuilder, action_dim
@@ -139,13 +139,14 @@ class DL2Policy(Policy):
         if self.online:
             self._learn_from_last_slot()
         builder = SlotBuilder(snap, self.window, self.slot_seconds, self._remaining)
+        actor = ActorInference(self.net)  # this slot's weights (online updates change them between slots)
         for _ in range(MAX_ACTIONS_PER_SLOT):
             mask = builder.mask()
             state = builder.state()
             if mask.sum() == 1:  # only "end the slot" is left
                 action = len(mask) - 1
             else:
-                action = choose_action(self.net, state, mask, self._rng, self.greedy)
+                action = actor.choose(state, mask, self._rng, self.greedy)
             if self.online:
                 self._slot.append((state, mask, action))
             if not builder.apply(action):

@@ -26,7 +26,7 @@ from typing import Callable, Generator, Sequence
 import numpy as np
 import torch
 
-from dlsched.models.dl2_network import DL2Net, choose_action
+from dlsched.models.dl2_network import ActorInference, DL2Net
 from dlsched.rl.env import SchedulingEnv
 from dlsched.rl.exploration import explore
 from dlsched.models.dl2_update import RLConfig, update
@@ -88,9 +88,10 @@ def play_slots(net: DL2Net, env: SchedulingEnv, seed: int, rng: np.random.Genera
     the whole episode with the same draws."""
     obs, info = env.reset(seed=seed, options=options)
     slot: list[Transition] = []
+    actor = ActorInference(net)
     while True:
         mask = info["action_mask"]
-        action = choose_action(net, obs, mask, rng)
+        action = actor.choose(obs, mask, rng)
         action = explore(env.builder, action, rng, explore_rate)
         jobs = env.builder.window_jobs()
         slot.append((obs, mask, action, jobs[action // 3].job_id if action // 3 < len(jobs) else None))
@@ -98,6 +99,7 @@ def play_slots(net: DL2Net, env: SchedulingEnv, seed: int, rng: np.random.Genera
         if info["slot_end"]:
             yield slot, reward, info["job_rewards"]
             slot = []
+            actor = ActorInference(net)  # the serial learner may have updated the weights between slots
         if term or trunc:
             return float(env.result.summary["mean_jct"]) if env.result is not None else float("nan")
 
