@@ -138,3 +138,36 @@ def test_admitted_trace_jobs_on_measured_curves_finish_as_planned():
     assert len(admitted) >= 70
     late = [d["job_id"] for d in admitted if rows.loc[d["job_id"], "end"] > pol.origin + (d["completion_slot"] + 1) * slot + 1e-6]
     assert not late
+
+
+def test_long_windows_planned_in_blocks_still_finish_as_planned(monkeypatch):
+    """With MAX_PLAN_SLOTS lowered so that most windows of the embedded slice are planned in
+    blocks of slots (`OASiS._step`): every admitted job still ends by the end of its planned
+    completion slot, and admission stays near the per-slot plans' (a block is priced at its fullest
+    slot: never cheaper than its slots)."""
+    import dlsched.policies.oasis as oasis_module
+    from dlsched.presets import load_cluster
+    from dlsched.throughput.registry import default_throughput
+    from dlsched.traces import default_workload
+
+    jobs, _ = with_default_utilities(default_workload(measured=True).jobs[:80])
+    slot, horizon = workload_slots(jobs)
+
+    def run(max_slots: int):
+        monkeypatch.setattr(oasis_module, "MAX_PLAN_SLOTS", max_slots)
+        pol = OASiS(slot_seconds=slot, horizon=horizon)
+        steps: dict[str, int] = {}
+        original = pol._step
+        pol._step = lambda n, spec: steps.setdefault(spec.job_id, original(n, spec))
+        res = simulate(jobs, load_cluster("itp-small"), Oracle(pol), default_throughput(None), SimConfig(restart_overhead=10))
+        return pol, steps, res.jobs.set_index("job_id")
+
+    per_slot, steps_1, _ = run(10**9)
+    pol, steps, rows = run(40)
+    assert set(steps_1.values()) == {1}
+    blocked = {j: k for j, k in steps.items() if k > 1}
+    assert len(blocked) >= 20
+    admitted = [d for d in pol.decisions if d["admitted"]]
+    late = [d["job_id"] for d in admitted if rows.loc[d["job_id"], "end"] > pol.origin + (d["completion_slot"] + 1) * slot + 1e-6]
+    assert not late
+    assert len(admitted) >= len([d for d in per_slot.decisions if d["admitted"]]) - 3

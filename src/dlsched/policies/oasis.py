@@ -74,6 +74,14 @@ TRIM_MARGIN = 0.25
 #: A constant-size job commits the latest slots that keep this share of its best schedule's utility
 #: (`oasis_jobs._deferred`); it still runs early in idle room.
 DEFER = 0.7
+#: A rolling window of more slots than this is planned in blocks of whole slots (`OASiS._step`).
+#: Why: an arrival prices a (slots, nodes, resources) table over its whole window and searches
+#: it slot by slot, so one decision costs what the window's length in slots is. A trace that mixes
+#: minute-long and month-long jobs (Philly) needs 60 s slots for the short ones and then gives a
+#: long job a window of 135k-206k slots: 200 Philly jobs took OASiS about 30 minutes. Blocks keep
+#: the short slots (and the short jobs' plans) as they are. The ITP traces' windows (at most
+#: 17,049 and 20,810 slots) are under it, so their plans are unchanged.
+MAX_PLAN_SLOTS = 25_000
 
 
 def known_work(job: JobState, snap: Snapshot) -> float | None:
@@ -321,16 +329,16 @@ class OASiS(Policy):
                 continue
             keys = self.starts[jid]
             i = bisect.bisect_right(keys, s)
-            future = keys[i:]
-            if not future:
+            ahead = len(keys) - i  # planned slots after s (counted, not copied: a month-long plan has 1e5)
+            if not ahead:
                 continue
             rest = end_s - snap.now if jid in plan.allocations else 0.0
             left = snap.remaining_iterations(job) / rate - rest
             need = max(0, math.ceil(left / self.slot + TRIM_MARGIN - 1e-9))
-            if need >= len(future):
+            if need >= ahead:
                 continue
             wd, pd_ = self.demands[jid]
-            for t in future[need:]:
+            for t in keys[i + need:]:
                 a = slots.pop(t)
                 left_use = self.table.used[t, list(a.nodes)] - (np.outer(a.workers, wd) + np.outer(a.ps, pd_))
                 self.table.used[t, list(a.nodes)] = np.maximum(left_use, 0.0)
@@ -373,7 +381,15 @@ class OASiS(Policy):
             if self.rolling:  # look ahead only while the job is worth something (L's own cut-off)
                 end = start + self._useful_slots(utilities, terms.peak_utility)
                 utilities = utilities[: end - start]
-            m = self._market(spec, start, end, consts, wd, pd_)
+            step = self._step(end - start, spec)
+            if step > 1:  # a long window: plan in blocks of `step` slots, the job's needs and values by block
+                blocks = math.ceil((end - start) / step)
+                end = start + blocks * step
+                ends = self.origin + (start + (np.arange(blocks) + 1) * step) * self.slot - spec.submit_time
+                utilities = f.many(ends) if hasattr(f, "many") else np.array([f(x) for x in ends])
+                sizes = size_options(job, snap, self.slot * step, work)
+                prof = None if sizes else profile(spec, self.slot * step, self.max_units, work)
+            m = self._market(spec, start, end, consts, wd, pd_, step)
             if sizes:
                 sched = best_sized_schedule(m, utilities, sizes, self.racks, self.defer)
             elif (prof.workers_for[2:] < 0).all() and prof.workers_for[1] >= 0 and len(prof.workers_for) > 2:
@@ -389,15 +405,15 @@ class OASiS(Policy):
             elif sched.payoff <= 0:
                 reason = (
                     f"OASiS: payoff {sched.payoff:.4g} <= 0 (best schedule: utility {sched.utility:.4g}, "
-                    f"cost {sched.cost:.4g} at current prices, completion slot {start + sched.last_slot})"
+                    f"cost {sched.cost:.4g} at current prices, completion slot {start + (sched.last_slot + 1) * step - 1})"
                 )
             else:
                 reason = ""
         if reason:
             plan.reject(spec.job_id, reason)
         else:
-            self._commit(spec, start, sched, wd, pd_)
-            record.update(admitted=True, completion_slot=start + sched.last_slot)
+            self._commit(spec, start, sched, wd, pd_, step)
+            record.update(admitted=True, completion_slot=start + (sched.last_slot + 1) * step - 1)
         record["decision_seconds"] = time.perf_counter() - t0
         self.decisions.append(record)
 
@@ -411,12 +427,27 @@ class OASiS(Policy):
         worth = np.flatnonzero(utilities >= self.l_min_fraction * peak)
         return int(worth[-1]) + 1 if len(worth) else 1
 
-    def _market(self, spec: JobSpec, start: int, end: int, c: PriceConstants, wd: np.ndarray, pd_: np.ndarray) -> Market:
+    def _step(self, slots: int, spec: JobSpec) -> int:
+        """Slots per planning step of a rolling window of `slots` slots: 1 up to MAX_PLAN_SLOTS,
+        else the fewest whole slots that bring it under (the paper's jobs and a fixed T: always 1)."""
+        if slots <= MAX_PLAN_SLOTS or not self.rolling or spec.model == MODEL_KEY:
+            return 1
+        return math.ceil(slots / MAX_PLAN_SLOTS)
+
+    def _market(self, spec: JobSpec, start: int, end: int, c: PriceConstants, wd: np.ndarray, pd_: np.ndarray,
+                step: int = 1) -> Market:
+        """Prices and room of the window's slots; with `step` > 1, of its blocks of `step` slots:
+        a block's room is its fullest slot's, and holding a task there costs `step` slots at the
+        price of that fullest slot (prices rise with use, so never less than the slots' own)."""
         cap = self.cluster.capacity
         used = self.table.window(start, end)  # (T, N, R)
+        if step > 1:
+            used = used.reshape(-1, step, *used.shape[1:]).max(axis=1)
         wu, pu = used[:, self.wnodes], used[:, self.pnodes]
         wprice = price(wu, cap[self.wnodes], c.U1, c.L1) @ wd
         pprice = price(pu, cap[self.pnodes], c.U2, c.L2) @ pd_
+        if step > 1:
+            wprice, pprice = wprice * step, pprice * step
         wcap = _fits(cap[self.wnodes][None] - wu, wd)
         if spec.gpu_type:
             wcap = wcap * (self.cluster.gpu_type[self.wnodes] == spec.gpu_type)[None, :]
@@ -424,7 +455,8 @@ class OASiS(Policy):
         pcap = _fits(pres, pd_)
         return Market(wprice, wcap, pprice, pcap, shared=self.shared, pres=pres if self.shared else None, wuse=wd, puse=pd_)
 
-    def _commit(self, spec: JobSpec, start: int, sched: Schedule, wd: np.ndarray, pd_: np.ndarray) -> None:
+    def _commit(self, spec: JobSpec, start: int, sched: Schedule, wd: np.ndarray, pd_: np.ndarray, step: int = 1) -> None:
+        """Commit the schedule's allocation of each window slot (of each block's `step` slots)."""
         slots: dict[int, Allocation] = {}
         for t, (x, z) in enumerate(zip(sched.workers, sched.ps)):
             if x is None:
@@ -435,10 +467,12 @@ class OASiS(Policy):
             for k in np.flatnonzero(z):
                 placement.setdefault(int(self.pnodes[k]), [0, 0])[1] += int(z[k])
             alloc = Allocation.of({n: (w, p) for n, (w, p) in placement.items()})
-            slots[start + t] = alloc
+            first = start + t * step
+            for slot in range(first, first + step):
+                slots[slot] = alloc
             nodes = np.array(alloc.nodes)
             use = np.outer(alloc.workers, wd) + np.outer(alloc.ps, pd_)
-            self.table.add(start + t, nodes, use)
+            self.table.add(first, nodes, use, first + step)
         self.plans[spec.job_id] = slots
         self.starts[spec.job_id] = sorted(slots)
         self.demands[spec.job_id] = (wd, pd_)

@@ -218,6 +218,12 @@ class UsageTable:
         self.ensure(stop)
         return self.used[start:stop]
 
-    def add(self, slot: int, nodes: np.ndarray, use: np.ndarray) -> None:
-        self.ensure(slot + 1)
-        np.add.at(self.used[slot], nodes, use)
+    def add(self, slot: int, nodes: np.ndarray, use: np.ndarray, stop: int | None = None) -> None:
+        """Add `use` (one row per node) on `nodes` in `slot`, or in every slot up to `stop` (the
+        nodes of one allocation: each once)."""
+        if stop is None or stop == slot + 1:
+            self.ensure(slot + 1)
+            np.add.at(self.used[slot], nodes, use)
+            return
+        self.ensure(stop)
+        self.used[slot:stop, nodes] += use
