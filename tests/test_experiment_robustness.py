@@ -129,3 +129,20 @@ def test_the_command_refuses_an_unknown_form_or_size_before_running_anything(roo
     assert res.exit_code == 2, res.output
     assert says in res.stderr and "Traceback" not in res.output
     assert not (tmp_path / "o" / "cells").exists()
+
+
+def test_kept_reasons_go_to_their_own_claim_only():
+    """Two claims of one policy and metric on one cell differ only in their bound: a reason written
+    for one must not land on the other (nor on a later run's row whose reference changed)."""
+    old = "\n".join([
+        "| dual-agent mean JCT (h) <= 1.05x best baseline (drf) | c@x | 1.2 | False | its order |",
+        "| dual-agent mean JCT (h) <= 1.5x best baseline (drf) | c@x | 1.2 | True |  |",
+    ])
+    page = "\n".join([
+        "| dual-agent mean JCT (h) <= 1.05x best baseline (optimus) | c@x | 1.1 | False |  |",
+        "| dual-agent mean JCT (h) <= 1.5x best baseline (optimus) | c@x | 1.1 | True |  |",
+        "| dual-agent mean JCT (h) <= 1.05x best baseline (drf) | c@y | 1.1 | False |  |",
+    ])
+    out = exp.keep_reasons(page, old).splitlines()
+    assert out[0].endswith("| False | its order |")
+    assert out[1].endswith("| True |  |") and out[2].endswith("| False |  |")

@@ -253,9 +253,11 @@ _CLAIM_ROW = re.compile(r"^\| (?P<claim>[^|]+) \| (?P<cell>[^|]+) \| [^|]* \| [^
 
 def keep_reasons(page: str, old: str) -> str:
     """`page` with the reasons of `old`'s claims table put back where the claim and cell match (by
-    the claim's text without its chosen reference, which may change between runs)."""
+    the claim's text without its chosen reference, the trailing "(drf)" of a best-baseline claim,
+    which may change between runs; only that: "mean JCT (h) <= 1.05x best baseline (drf)" and
+    "... <= 1.5x best baseline (drf)" are two claims)."""
     def ident(claim: str, cell: str) -> tuple[str, str]:
-        return re.sub(r"\(.*\)", "", claim).strip(), cell.strip()
+        return re.sub(r"\s*\([^()]*\)\s*$", "", claim.strip()), cell.strip()
 
     reasons = {ident(m["claim"], m["cell"]): m["reason"].strip()
                for m in map(_CLAIM_ROW.match, old.splitlines()) if m and m["reason"].strip()}
