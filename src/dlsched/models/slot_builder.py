@@ -70,6 +70,11 @@ def action_dim(window: int) -> int:
     return 3 * window + 1
 
 
+def _task_demand(spec: JobSpec, role: int) -> np.ndarray:
+    """One task's resource vector: a worker's, or a PS's."""
+    return np.asarray(spec.worker_demand if role == WORKER else spec.ps_demand, dtype=float)
+
+
 class SlotBuilder:
     """Builds one slot's allocation from actions. Create one per decision (per Snapshot)."""
 
@@ -143,18 +148,18 @@ class SlotBuilder:
 
     def _add(self, job: JobState, role: int) -> int:
         """Place one task on the least-loaded node that fits; returns the node, or -1."""
-        spec = job.spec
-        demand = np.asarray(spec.worker_demand if role == WORKER else spec.ps_demand, dtype=float)
-        node = self._node_for(spec, demand, self._own_nodes(job))
+        demand = _task_demand(job.spec, role)
+        node = self._node_for(job.spec, demand, self._own_nodes(job))
         if node >= 0:
-            self._place(job, node, role, 1)
+            self._place(job, node, role, 1, demand)
         return node
 
-    def _place(self, job: JobState, node: int, role: int, n: int) -> None:
+    def _place(self, job: JobState, node: int, role: int, n: int, demand: np.ndarray | None = None) -> None:
         """Put `n` tasks of `role` of `job` on `node` (n < 0 takes them off): the one place the
-        free room, the per-node counts and the totals change together."""
-        spec = job.spec
-        demand = np.asarray(spec.worker_demand if role == WORKER else spec.ps_demand, dtype=float)
+        free room, the per-node counts and the totals change together. `demand`: one task's, if
+        the caller has it."""
+        if demand is None:
+            demand = _task_demand(job.spec, role)
         self.free[node] -= n * demand
         self.counts[job.job_id].setdefault(node, [0, 0])[role] += n
         self._totals[job.job_id][role] += n
