@@ -66,7 +66,7 @@ class ActorInference:
 
     Why: a slot is built one action at a time, one forward pass each, and on a roomy cluster a slot
     takes hundreds of actions (every worker is one). Through PyTorch a batch-1 pass of this small
-    network costs ~0.5 ms of per-operation overhead; the same arithmetic as NumPy float32 vectors
+    network costs ~0.3 ms of per-operation overhead; the same arithmetic as NumPy float32 vectors
     costs a fraction. The numbers agree with `DL2Net.logits` to float32 rounding (a test compares
     them), not bit for bit. Take a new snapshot after the weights change (online updates).
     """
