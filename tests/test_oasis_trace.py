@@ -122,6 +122,11 @@ def test_a_plan_for_a_later_slot_starts_on_time_on_an_idle_cluster():
     assert res.jobs.set_index("job_id").loc["b", "start"] == pytest.approx(300.0)
 
 
+def _late(pol: OASiS, rows, admitted: list[dict], slot: float) -> list[str]:
+    """Admitted jobs that ended after the end of their planned completion slot."""
+    return [d["job_id"] for d in admitted if rows.loc[d["job_id"], "end"] > pol.origin + (d["completion_slot"] + 1) * slot + 1e-6]
+
+
 def test_admitted_trace_jobs_on_measured_curves_finish_as_planned():
     """The embedded ITP slice on measured curves (first 80 jobs, 10 s restarts): every admitted job
     ends by the end of its planned completion slot, so its realised utility is at least the planned."""
@@ -136,8 +141,7 @@ def test_admitted_trace_jobs_on_measured_curves_finish_as_planned():
     rows = res.jobs.set_index("job_id")
     admitted = [d for d in pol.decisions if d["admitted"]]
     assert len(admitted) >= 70
-    late = [d["job_id"] for d in admitted if rows.loc[d["job_id"], "end"] > pol.origin + (d["completion_slot"] + 1) * slot + 1e-6]
-    assert not late
+    assert not _late(pol, rows, admitted, slot)
 
 
 def test_long_windows_planned_in_blocks_still_finish_as_planned(monkeypatch):
@@ -168,6 +172,5 @@ def test_long_windows_planned_in_blocks_still_finish_as_planned(monkeypatch):
     blocked = {j: k for j, k in steps.items() if k > 1}
     assert len(blocked) >= 20
     admitted = [d for d in pol.decisions if d["admitted"]]
-    late = [d["job_id"] for d in admitted if rows.loc[d["job_id"], "end"] > pol.origin + (d["completion_slot"] + 1) * slot + 1e-6]
-    assert not late
+    assert not _late(pol, rows, admitted, slot)
     assert len(admitted) >= len([d for d in per_slot.decisions if d["admitted"]]) - 3

@@ -376,8 +376,7 @@ class OASiS(Policy):
             reason = f"OASiS: arrived at slot {start}, after the horizon T={end}"
             sched = None
         else:
-            ends = self.origin + (start + np.arange(end - start) + 1) * self.slot - spec.submit_time
-            utilities = f.many(ends) if hasattr(f, "many") else np.array([f(x) for x in ends])
+            utilities = self._utilities(f, spec, start, end - start)
             if self.rolling:  # look ahead only while the job is worth something (L's own cut-off)
                 end = start + self._useful_slots(utilities, terms.peak_utility)
                 utilities = utilities[: end - start]
@@ -385,8 +384,7 @@ class OASiS(Policy):
             if step > 1:  # a long window: plan in blocks of `step` slots, the job's needs and values by block
                 blocks = math.ceil((end - start) / step)
                 end = start + blocks * step
-                ends = self.origin + (start + (np.arange(blocks) + 1) * step) * self.slot - spec.submit_time
-                utilities = f.many(ends) if hasattr(f, "many") else np.array([f(x) for x in ends])
+                utilities = self._utilities(f, spec, start, blocks, step)
                 sizes = size_options(job, snap, self.slot * step, work)
                 prof = None if sizes else profile(spec, self.slot * step, self.max_units, work)
             m = self._market(spec, start, end, consts, wd, pd_, step)
@@ -416,6 +414,12 @@ class OASiS(Policy):
             record.update(admitted=True, completion_slot=start + (sched.last_slot + 1) * step - 1)
         record["decision_seconds"] = time.perf_counter() - t0
         self.decisions.append(record)
+
+    def _utilities(self, f, spec: JobSpec, start: int, count: int, step: int = 1) -> np.ndarray:
+        """The job's utility if it completes at the end of each of `count` steps of `step` slots
+        from slot `start` (a window's slots, or its blocks)."""
+        ends = self.origin + (start + (np.arange(count) + 1) * step) * self.slot - spec.submit_time
+        return f.many(ends) if hasattr(f, "many") else np.array([f(x) for x in ends])
 
     def _useful_slots(self, utilities: np.ndarray, peak: float) -> int:
         """Slots of a rolling window up to the last where the job is worth at least `l_min_fraction`
