@@ -146,3 +146,10 @@ def test_kept_reasons_go_to_their_own_claim_only():
     out = exp.keep_reasons(page, old).splitlines()
     assert out[0].endswith("| False | its order |")
     assert out[1].endswith("| True |  |") and out[2].endswith("| False |  |")
+
+
+def test_a_claim_that_now_holds_drops_its_reason():
+    old = "| dual-agent mean JCT (h) <= 1.05x best baseline (drf) | c@x | 1.5 | False | runs at requested size |"
+    now = "| dual-agent mean JCT (h) <= 1.05x best baseline (drf) | c@x | {} | {} |  |"
+    assert exp.keep_reasons(now.format(1.0, True), old).endswith("| True |  |")
+    assert exp.keep_reasons(now.format(1.2, False), old).endswith("| False | runs at requested size |")

@@ -248,14 +248,15 @@ def render(runs: pd.DataFrame, summary: pd.DataFrame, claims: pd.DataFrame, case
     return "\n".join(lines)
 
 
-_CLAIM_ROW = re.compile(r"^\| (?P<claim>[^|]+) \| (?P<cell>[^|]+) \| [^|]* \| [^|]* \| (?P<reason>[^|]*) \|$")
+_CLAIM_ROW = re.compile(r"^\| (?P<claim>[^|]+) \| (?P<cell>[^|]+) \| [^|]* \| (?P<holds>[^|]*) \| (?P<reason>[^|]*) \|$")
 
 
 def keep_reasons(page: str, old: str) -> str:
     """`page` with the reasons of `old`'s claims table put back where the claim and cell match (by
     the claim's text without its chosen reference, the trailing "(drf)" of a best-baseline claim,
     which may change between runs; only that: "mean JCT (h) <= 1.05x best baseline (drf)" and
-    "... <= 1.5x best baseline (drf)" are two claims)."""
+    "... <= 1.5x best baseline (drf)" are two claims) and the claim still misses: a reason says
+    why a claim misses, so one that now holds drops it."""
     def ident(claim: str, cell: str) -> tuple[str, str]:
         return re.sub(r"\s*\([^()]*\)\s*$", "", claim.strip()), cell.strip()
 
@@ -264,7 +265,7 @@ def keep_reasons(page: str, old: str) -> str:
     out = []
     for line in page.splitlines():
         m = _CLAIM_ROW.match(line)
-        if m and (why := reasons.get(ident(m["claim"], m["cell"]))):
+        if m and m["holds"].strip() != "True" and (why := reasons.get(ident(m["claim"], m["cell"]))):
             line = line[: m.start("reason")] + why + line[m.end("reason"):]
         out.append(line)
     return "\n".join(out) + ("\n" if page.endswith("\n") else "")

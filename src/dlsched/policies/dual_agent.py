@@ -13,7 +13,11 @@ Two cooperating agents decide at every arrival, completion and machine-speed cha
   picks from the RW-OU GP's estimate of every machine's speed and its uncertainty
   (`estimators.rwgp`), told the ordering agent's message for the job.
 The shared realiser turns the order into allocations with minimal preemption (a running job stops
-only when that lets a higher-ranked one start), so jobs are rigid, at their requested size. A
+only when that lets a higher-ranked one start). A rigid job runs at its requested size. Elastic
+jobs (ours: the paper's agents order and place, they do not size) are sized by `AdmitThenShare`:
+the order admits jobs at their minimum gang while the cluster holds them, and what the admitted
+jobs leave is shared among the elastic ones by dominant-resource progressive filling, as DRF
+shares it; `elastic=False` runs them at their requested size instead. A
 waiting job the ordering agent scores below 0 is not offered: it waits for a better machine (the
 placement agent's message says how good a machine it would get now), for at most MAX_WAIT_S, and
 only while something runs (an idle cluster has no better machine to wait for).
@@ -31,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dlsched.core.cluster import Cluster
+from dlsched.core.cluster import GPU, Cluster
 from dlsched.core.errors import ConfigError
 from dlsched.core.plan import Plan
 from dlsched.core.policy import Named, Observer, Policy, Resets
@@ -39,6 +43,8 @@ from dlsched.core.snapshot import Snapshot
 from dlsched.estimators.rwgp import RWOUGP
 from dlsched.policies.phases.agent_placement import AgentPlacement
 from dlsched.policies.phases.realise import realise
+from dlsched.policies.phases.scaling import room_at_minimum
+from dlsched.policies.phases.sizing import AdmitThenShare
 from dlsched.policies.phases.speed_aware import SpeedAwarePlacement
 from dlsched.policies.tiresias import THRESHOLDS, Tiresias
 from dlsched.models.dual_agent_features import MAX_WAIT_S, global_features, job_features, machine_features, teacher_scores
@@ -77,9 +83,10 @@ class DualAgent(Policy):
     interval = DECISION_INTERVAL
 
     def __init__(self, net: DualAgentNet, placement, mode: str = "greedy", trajectory: Trajectory | None = None,
-                 name: str = "dual-agent", notes: list[str] | None = None):
+                 name: str = "dual-agent", notes: list[str] | None = None, elastic: bool = True):
         self.net, self.placement, self.mode, self.trajectory = net, placement, mode, trajectory
         self.name, self.notes = name, list(notes or [])
+        self.sizing = AdmitThenShare() if elastic else None
         self.rng = np.random.default_rng(0)
         self._last = -1.0
 
@@ -98,7 +105,8 @@ class DualAgent(Policy):
         # machine-speed estimate learns, as on every call, so every later decision is the one it
         # would have been. (On the Alibaba 2023 pods, weeks-long runs on a roomy cluster, such
         # calls were nearly all of them, and each encoded all 1,213 machines.)
-        idle = not snap.pending and self.trajectory is None and self.mode != "sample"
+        # (With elastic sizing, a running job below its maximum can still grow into free GPUs.)
+        idle = not snap.pending and self.trajectory is None and self.mode != "sample" and not self._can_grow(snap)
         if idle and agent is not None:
             agent.learn(snap)
         elif isinstance(self.placement, Observer):
@@ -110,8 +118,11 @@ class DualAgent(Policy):
             return Plan()
         step = agent.step if agent is not None else self._begin(snap)
         speed, price = np.zeros(len(jobs)), np.zeros(len(jobs))
+        sharing = self.sizing is not None and any(_elastic(j) for j in jobs)
         if agent is not None:
-            free = np.asarray(snap.free)
+            # with elastic sizing, workers lent to elastic jobs beyond their minimum are room a
+            # waiting job can be given: counted, or a newcomer would only ever see a full cluster
+            free = room_at_minimum(snap.running, snap.free) if sharing else np.asarray(snap.free)
             for i, j in enumerate(jobs):
                 speed[i], price[i] = (agent.running_speed(j.spec, j.allocation) if j.allocation is not None
                                       else agent.predicted(j.spec, free))
@@ -136,14 +147,27 @@ class DualAgent(Policy):
             order = list(ranked)
         if agent is not None:
             agent.messages = {jobs[i].job_id: (int(i), hid[i]) for i in range(len(jobs))}
-        allocations = realise(snap, ((jobs[i], jobs[i].spec.num_workers, jobs[i].spec.num_ps) for i in order),
-                              self.placement, preempt="minimal")
+        ranked_jobs = [jobs[i] for i in order]
+        if sharing:
+            # a job that does not fit the nodes at its share shrinks toward its minimum
+            allocations = realise(snap, self.sizing.size(snap, ranked_jobs), self.placement, preempt="minimal",
+                                  shrink=True)
+        else:
+            allocations = realise(snap, ((j, j.spec.num_workers, j.spec.num_ps) for j in ranked_jobs),
+                                  self.placement, preempt="minimal")
         if step is not None:
             step.jobs, step.order_action, step.order_teacher = jfeat, action, teacher
             step.picks = {k: v for k, v in step.picks.items() if k in allocations}  # placements that stood
             step.acted = bool(step.picks) or any(
                 (j.allocation is None) == (j.job_id in allocations) for j in jobs)  # a start or a stop
         return Plan(allocations=allocations)
+
+    def _can_grow(self, snap: Snapshot) -> bool:
+        """Whether elastic sizing could give a running job more now: one is below its maximum
+        and some GPU is free."""
+        if self.sizing is None or not snap.running or float(np.asarray(snap.free)[:, GPU].sum()) < 1.0 - 1e-9:
+            return False
+        return any(j.num_workers < j.spec.max_workers for j in snap.running)
 
     def _begin(self, snap: Snapshot):
         """The trajectory's step of this decision when no placement agent opened it (ordering only)."""
@@ -158,6 +182,10 @@ class DualAgent(Policy):
                                      global_features(snap, zeros, zeros, free, since))
 
 
+def _elastic(job) -> bool:
+    return job.spec.min_workers != job.spec.max_workers
+
+
 def load(path: Path) -> tuple[DualAgentNet, dict]:
     """The network saved at `path` and its meta (variant, training record)."""
     return load_model(path, DualAgentNet, "a Dual-Agent-style model")
@@ -168,20 +196,21 @@ def save(net: DualAgentNet, path: Path, meta: dict) -> None:
 
 
 def build(variant: str, net: DualAgentNet, mode: str = "greedy", trajectory: Trajectory | None = None,
-          name: str | None = None) -> Policy:
-    """The policy of a variant around `net` (trained or being trained)."""
+          name: str | None = None, elastic: bool = True) -> Policy:
+    """The policy of a variant around `net` (trained or being trained); `elastic`: elastic jobs
+    sized by `AdmitThenShare` (False: at their requested size, as rigid ones)."""
     if variant not in VARIANTS:
         raise ConfigError(f"unknown dual-agent variant {variant!r}; known: {', '.join(VARIANTS)}")
     label = name or ("dual-agent" if variant == "full" else f"dual-agent-{variant}")
     if variant == "ordering-only":
-        return DualAgent(net, SpeedAwarePlacement("gavel-style"), mode, trajectory, label)
+        return DualAgent(net, SpeedAwarePlacement("gavel-style"), mode, trajectory, label, elastic=elastic)
     placement = AgentPlacement(net, estimate_for(variant), mode, trajectory)
     if variant == "placement-only":  # Tiresias' own ordering over the placement agent
         return Named(Tiresias(THRESHOLDS, 8.0, placement), label)
-    return DualAgent(net, placement, mode, trajectory, label)
+    return DualAgent(net, placement, mode, trajectory, label, elastic=elastic)
 
 
-def trained(variant: str = "full", model: str | None = None, name: str | None = None) -> Policy:
+def trained(variant: str = "full", model: str | None = None, name: str | None = None, elastic: bool = True) -> Policy:
     """A trained variant (`VARIANTS`): the shipped model, or `model` (a file written by
     `dlsched train dual-agent`), named `name` (default: dual-agent, or dual-agent-<variant>)."""
     if variant not in VARIANTS:
@@ -193,7 +222,7 @@ def trained(variant: str = "full", model: str | None = None, name: str | None = 
         raise ConfigError(f"no Dual-Agent-style model at {path}: train one with `dlsched train dual-agent`") from None
     if meta.get("variant", variant) != variant:
         raise ConfigError(f"{path} was trained as variant {meta.get('variant')!r}, not {variant!r}")
-    policy = build(variant, net, name=name)
+    policy = build(variant, net, name=name, elastic=elastic)
     minutes = meta.get("training_seconds", 0.0) / 60.0
     note = (f"{policy.name}: model {path.name} (variant {variant}, trained {minutes:.1f} min on heterogeneous, "
             "fluctuating Gavel-matrix scenarios); machine speeds are learned from what jobs' workers measure")
@@ -202,8 +231,9 @@ def trained(variant: str = "full", model: str | None = None, name: str | None = 
     return policy
 
 
-def dual_agent(variant: str = "full", model: str | None = None) -> Policy:
+def dual_agent(variant: str = "full", model: str | None = None, elastic: bool = True) -> Policy:
     """Dual-Agent-style scheduling: `variant` one of VARIANTS (full; the ablations no-comm, no-gp,
     static-gp; the single agents ordering-only, placement-only); `model` a file written by
-    `dlsched train dual-agent` (default: the shipped model of the variant)."""
-    return trained(variant, model)
+    `dlsched train dual-agent` (default: the shipped model of the variant); `elastic`: elastic
+    jobs get a fair share of what the learned order admits (False: their requested size)."""
+    return trained(variant, model, elastic=elastic)

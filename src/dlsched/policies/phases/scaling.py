@@ -102,3 +102,24 @@ def scale_up(
                 while size(job) < job.spec.max_workers and room_for(job, node):
                     add(job, node)
     return changed
+
+
+def room_at_minimum(jobs: Iterable[JobState], free: np.ndarray) -> np.ndarray:
+    """What would be free if every one of the running `jobs` gave back its workers beyond its
+    minimum (loneliest first, as `scale_down_until` takes them; never a PS): the room a waiting job
+    can be given under a sizing that lends idle capacity to elastic jobs and takes it back for a
+    newcomer. A copy; equal to `free` when no job is above its minimum."""
+    room = np.array(free, dtype=float)
+    for job in jobs:
+        extra = job.num_workers - job.spec.min_workers
+        if extra <= 0:
+            continue
+        wd = np.asarray(job.spec.worker_demand)
+        held = job.allocation.as_dict()
+        for node in shrink_order(job.allocation):
+            k = min(extra, held[node][0])
+            room[node] += k * wd
+            extra -= k
+            if not extra:
+                break
+    return room

@@ -262,3 +262,62 @@ class DominantShareFilling:
                 if heap and heap[0][:3] < entry[:3]:
                     heapq.heappush(heap, entry)
                     break
+
+
+@dataclass(frozen=True, eq=False)
+class AdmitThenShare:
+    """Sizes for jobs ranked by someone else (a learned ordering): who runs follows the rank, how
+    big an elastic job runs is a dominant-resource fair share of what the admitted jobs leave.
+
+    1. Admission, in the given order: each job's first unit (`DominantShareFilling.first_unit`:
+       the whole job if rigid, its minimum gang if elastic) is counted against the cluster's total
+       while it fits; a job whose unit does not fit is passed over (later, smaller ones may fit).
+    2. Growth: the admitted elastic jobs share what is left by progressive filling, one bundle at
+       a time (a worker, plus a PS for a PS job while it has fewer than its maximum), the job
+       whose dominant share would be the smallest after its bundle first (ties: submit time, job
+       index, as DRF's), up to its maximum; a bundle that does not fit freezes its job.
+
+    Every job is returned, in the given order (the realiser's priority): admitted ones at their
+    size, the rest at their first unit (the realiser starts them only if room is left or lower
+    ranked jobs can give it). With only rigid jobs this is the jobs at their requested sizes in
+    the given order, i.e. nothing changes for a rigid workload.
+    """
+
+    _units: DominantShareFilling = field(default_factory=DominantShareFilling, repr=False)
+
+    def size(self, snap: Snapshot, jobs: list[JobState]) -> list[tuple[JobState, int, int]]:
+        cluster = snap.cluster
+        inv = tuple(1.0 / float(c) if c > 0 else 0.0 for c in cluster.total)
+        left = [float(c) + _EPS for c in cluster.total]
+        units = [self._units.first_unit(cluster, j.spec) for j in jobs]
+        workers = [u[2] for u in units]
+        ps = [u[3] for u in units]
+        heap: list[tuple[float, float, int, int]] = []
+        for i, (_, rigid, _, _, *need) in enumerate(units):
+            if not all(n <= room for n, room in zip(need, left)):
+                continue
+            left = [room - n for n, room in zip(need, left)]
+            if not rigid:
+                self._push(heap, jobs[i], i, workers[i], inv)
+        while heap:
+            _, _, _, i = heapq.heappop(heap)
+            s = jobs[i].spec
+            w = workers[i] + 1
+            p = ps_for(s, w, s.max_ps, per_worker=True)
+            delta = [wd + (p - ps[i]) * pd for wd, pd in zip(s.worker_demand, s.ps_demand)]
+            if not all(d <= room for d, room in zip(delta, left)):
+                continue  # frozen at its size
+            left = [room - d for d, room in zip(delta, left)]
+            workers[i], ps[i] = w, p
+            self._push(heap, jobs[i], i, w, inv)
+        return [(j, workers[i], ps[i]) for i, j in enumerate(jobs)]
+
+    @staticmethod
+    def _push(heap: list, job: JobState, i: int, w: int, inv: tuple[float, ...]) -> None:
+        """Queue the job's next bundle (its share after it), unless it is at its maximum."""
+        s = job.spec
+        if w >= s.max_workers:
+            return
+        p = ps_for(s, w + 1, s.max_ps, per_worker=True)
+        share = max(((w + 1) * a + p * b) * k for a, b, k in zip(s.worker_demand, s.ps_demand, inv))
+        heapq.heappush(heap, (share, s.submit_time, job.index, i))
