@@ -182,13 +182,16 @@ def test_admit_then_share_admits_in_the_given_order_and_shares_the_rest_by_domin
     cluster = _one_type()
     snap = Snapshot(0.0, cluster, cluster.capacity.copy(), [], [], 0.0)
 
-    def sizes(specs: list[JobSpec]) -> list[tuple[str, int]]:
+    def sizes(specs: list[JobSpec], sizing: AdmitThenShare = AdmitThenShare()) -> list[tuple[str, int]]:
         jobs = [JobState(spec=s, index=i, clock=Clock(0.0), status=JobStatus.PENDING) for i, s in enumerate(specs)]
-        return [(j.job_id, w) for j, w, _ in AdmitThenShare().size(snap, jobs)]
+        return [(j.job_id, w) for j, w, _ in sizing.size(snap, jobs)]
 
     assert sizes(specs) == [("A", 4), ("B", 2), ("C", 4), ("D", 2)]
     rigid = [dataclasses.replace(s, min_workers=s.num_workers, max_workers=s.num_workers) for s in specs]
     assert sizes(rigid) == [(s.job_id, s.num_workers) for s in rigid]  # their requested sizes, in the given order
+    alone = [_elastic("E", 0.0, 1.0, hi=8)]  # asks for 4 of 1-8 workers on an empty 8-GPU cluster
+    assert sizes(alone) == [("E", 8)]
+    assert sizes(alone, AdmitThenShare(beyond_requested=False)) == [("E", 4)]  # billed: never past what it asked
 
 
 def test_room_at_minimum_takes_back_the_loneliest_workers_beyond_the_minimum():
@@ -217,3 +220,6 @@ def test_a_newcomer_gets_a_share_of_a_cluster_that_elastic_jobs_have_grown_into(
     assert out[True].loc["second", "start"] == pytest.approx(600.0)
     assert out[False].loc["first", "end"] == pytest.approx(20_000.0)  # 4 workers, 1 iteration/s each
     assert out[True].loc["first", "end"] < 0.8 * out[False].loc["first", "end"]  # 8 GPUs while alone, 4+ after
+    priced = dataclasses.replace(_one_type(), price=np.full(2, 2.0))  # every GPU-hour billed: no growth past 4
+    res = simulate(jobs, priced, build("full", DualAgentNet(hidden=8), "teacher"), ByType()).jobs.set_index("job_id")
+    assert res.loc["first", "end"] == pytest.approx(20_000.0)

@@ -87,6 +87,7 @@ class DualAgent(Policy):
         self.net, self.placement, self.mode, self.trajectory = net, placement, mode, trajectory
         self.name, self.notes = name, list(notes or [])
         self.sizing = AdmitThenShare() if elastic else None
+        self._billed: AdmitThenShare | None = AdmitThenShare(beyond_requested=False) if elastic else None
         self.rng = np.random.default_rng(0)
         self._last = -1.0
 
@@ -150,8 +151,8 @@ class DualAgent(Policy):
         ranked_jobs = [jobs[i] for i in order]
         if sharing:
             # a job that does not fit the nodes at its share shrinks toward its minimum
-            allocations = realise(snap, self.sizing.size(snap, ranked_jobs), self.placement, preempt="minimal",
-                                  shrink=True)
+            allocations = realise(snap, self._sizing(snap).size(snap, ranked_jobs), self.placement,
+                                  preempt="minimal", shrink=True)
         else:
             allocations = realise(snap, ((j, j.spec.num_workers, j.spec.num_ps) for j in ranked_jobs),
                                   self.placement, preempt="minimal")
@@ -167,7 +168,14 @@ class DualAgent(Policy):
         and some GPU is free."""
         if self.sizing is None or not snap.running or float(np.asarray(snap.free)[:, GPU].sum()) < 1.0 - 1e-9:
             return False
-        return any(j.num_workers < j.spec.max_workers for j in snap.running)
+        sizing = self._sizing(snap)
+        return any(j.num_workers < sizing.top(j.spec) for j in snap.running)
+
+    def _sizing(self, snap: Snapshot) -> AdmitThenShare:
+        """Elastic sizing for this cluster: on one with prices a job never grows past its requested
+        size (its user pays for every GPU-hour; on Alibaba's pods growing into idle GPUs cut the mean
+        JCT by a fifth for 8.6x the fee), elsewhere idle GPUs are shared out."""
+        return self._billed if snap.cluster.price is not None else self.sizing
 
     def _begin(self, snap: Snapshot):
         """The trajectory's step of this decision when no placement agent opened it (ordering only)."""

@@ -277,12 +277,18 @@ class AdmitThenShare:
        whose dominant share would be the smallest after its bundle first (ties: submit time, job
        index, as DRF's), up to its maximum; a bundle that does not fit freezes its job.
 
+    With `beyond_requested=False` a job grows only up to the size it asked for (it may still run
+    smaller, to admit others): where every GPU-hour is billed to the job's user (a cluster with
+    prices), idle GPUs are not free speed but a larger bill, on sublinear curves for less than
+    their share of speed.
+
     Every job is returned, in the given order (the realiser's priority): admitted ones at their
     size, the rest at their first unit (the realiser starts them only if room is left or lower
     ranked jobs can give it). With only rigid jobs this is the jobs at their requested sizes in
     the given order, i.e. nothing changes for a rigid workload.
     """
 
+    beyond_requested: bool = True
     _units: DominantShareFilling = field(default_factory=DominantShareFilling, repr=False)
 
     def size(self, snap: Snapshot, jobs: list[JobState]) -> list[tuple[JobState, int, int]]:
@@ -298,7 +304,7 @@ class AdmitThenShare:
                 continue
             left = [room - n for n, room in zip(need, left)]
             if not rigid:
-                self._push(heap, jobs[i], i, workers[i], inv)
+                self._push(heap, jobs[i], i, workers[i], inv, self.top(jobs[i].spec))
         while heap:
             _, _, _, i = heapq.heappop(heap)
             s = jobs[i].spec
@@ -309,14 +315,18 @@ class AdmitThenShare:
                 continue  # frozen at its size
             left = [room - d for d, room in zip(delta, left)]
             workers[i], ps[i] = w, p
-            self._push(heap, jobs[i], i, w, inv)
+            self._push(heap, jobs[i], i, w, inv, self.top(s))
         return [(j, workers[i], ps[i]) for i, j in enumerate(jobs)]
 
+    def top(self, spec: JobSpec) -> int:
+        """The most workers the job may grow to."""
+        return spec.max_workers if self.beyond_requested else min(spec.max_workers, max(spec.num_workers, spec.min_workers))
+
     @staticmethod
-    def _push(heap: list, job: JobState, i: int, w: int, inv: tuple[float, ...]) -> None:
-        """Queue the job's next bundle (its share after it), unless it is at its maximum."""
+    def _push(heap: list, job: JobState, i: int, w: int, inv: tuple[float, ...], top: int) -> None:
+        """Queue the job's next bundle (its share after it), unless it is at its largest size `top`."""
         s = job.spec
-        if w >= s.max_workers:
+        if w >= top:
             return
         p = ps_for(s, w + 1, s.max_ps, per_worker=True)
         share = max(((w + 1) * a + p * b) * k for a, b, k in zip(s.worker_demand, s.ps_demand, inv))
