@@ -17,7 +17,8 @@ only when that lets a higher-ranked one start). A rigid job runs at its requeste
 jobs (ours: the paper's agents order and place, they do not size) are sized by `AdmitThenShare`:
 the order admits jobs at their minimum gang while the cluster holds them, and what the admitted
 jobs leave is shared among the elastic ones by dominant-resource progressive filling, as DRF
-shares it; `elastic=False` runs them at their requested size instead. A
+shares it (on a cluster with prices never past a job's requested size: its user pays for every
+GPU-hour); `elastic=False` runs them at their requested size instead. A
 waiting job the ordering agent scores below 0 is not offered: it waits for a better machine (the
 placement agent's message says how good a machine it would get now), for at most MAX_WAIT_S, and
 only while something runs (an idle cluster has no better machine to wait for).
@@ -119,7 +120,7 @@ class DualAgent(Policy):
             return Plan()
         step = agent.step if agent is not None else self._begin(snap)
         speed, price = np.zeros(len(jobs)), np.zeros(len(jobs))
-        sharing = self.sizing is not None and any(_elastic(j) for j in jobs)
+        sharing = self.sizing is not None and any(j.spec.elastic for j in jobs)
         if agent is not None:
             # with elastic sizing, workers lent to elastic jobs beyond their minimum are room a
             # waiting job can be given: counted, or a newcomer would only ever see a full cluster
@@ -164,8 +165,8 @@ class DualAgent(Policy):
         return Plan(allocations=allocations)
 
     def _can_grow(self, snap: Snapshot) -> bool:
-        """Whether elastic sizing could give a running job more now: one is below its maximum
-        and some GPU is free."""
+        """Whether elastic sizing could give a running job more now: one is below the size the
+        sizing may grow it to (`AdmitThenShare.top`) and some GPU is free."""
         if self.sizing is None or not snap.running or float(np.asarray(snap.free)[:, GPU].sum()) < 1.0 - 1e-9:
             return False
         sizing = self._sizing(snap)
@@ -188,10 +189,6 @@ class DualAgent(Policy):
         self._last = snap.now
         return self.trajectory.begin(snap, machine_features(snap, zeros, zeros, free),
                                      global_features(snap, zeros, zeros, free, since))
-
-
-def _elastic(job) -> bool:
-    return job.spec.min_workers != job.spec.max_workers
 
 
 def load(path: Path) -> tuple[DualAgentNet, dict]:
