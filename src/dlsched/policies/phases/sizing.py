@@ -298,7 +298,7 @@ class AdmitThenShare:
         units = [self._units.first_unit(cluster, j.spec) for j in jobs]
         workers = [u[2] for u in units]
         ps = [u[3] for u in units]
-        heap: list[tuple[float, float, int, int]] = []
+        heap: list[tuple[float, float, int, int, int]] = []  # (share after the bundle, ties..., job, its PSs then)
         for i, (_, rigid, _, _, *need) in enumerate(units):
             if not all(n <= room for n, room in zip(need, left)):
                 continue
@@ -306,10 +306,9 @@ class AdmitThenShare:
             if not rigid:
                 self._push(heap, jobs[i], i, workers[i], inv, self.top(jobs[i].spec))
         while heap:
-            _, _, _, i = heapq.heappop(heap)
+            _, _, _, i, p = heapq.heappop(heap)
             s = jobs[i].spec
             w = workers[i] + 1
-            p = ps_for(s, w, s.max_ps, per_worker=True)
             delta = [wd + (p - ps[i]) * pd for wd, pd in zip(s.worker_demand, s.ps_demand)]
             if not all(d <= room for d, room in zip(delta, left)):
                 continue  # frozen at its size
@@ -324,10 +323,11 @@ class AdmitThenShare:
 
     @staticmethod
     def _push(heap: list, job: JobState, i: int, w: int, inv: tuple[float, ...], top: int) -> None:
-        """Queue the job's next bundle (its share after it), unless it is at its largest size `top`."""
+        """Queue the job's next bundle (its share after it, and the PSs it brings the job to),
+        unless the job is at its largest size `top`."""
         s = job.spec
         if w >= top:
             return
         p = ps_for(s, w + 1, s.max_ps, per_worker=True)
         share = max(((w + 1) * a + p * b) * k for a, b, k in zip(s.worker_demand, s.ps_demand, inv))
-        heapq.heappush(heap, (share, s.submit_time, job.index, i))
+        heapq.heappush(heap, (share, s.submit_time, job.index, i, p))
