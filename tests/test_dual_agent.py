@@ -223,3 +223,54 @@ def test_a_newcomer_gets_a_share_of_a_cluster_that_elastic_jobs_have_grown_into(
     priced = dataclasses.replace(_one_type(), price=np.full(2, 2.0))  # every GPU-hour billed: no growth past 4
     res = simulate(jobs, priced, build("full", DualAgentNet(hidden=8), "teacher"), ByType()).jobs.set_index("job_id")
     assert res.loc["first", "end"] == pytest.approx(20_000.0)
+
+
+def test_with_length_estimates_the_ordering_teacher_lets_the_job_nearly_done_finish():
+    """A long rigid job holds the whole cluster for 50,000 s; another arrives 5,000 s before its end,
+    needing 10,000 s. By attained service (Tiresias' order, `lengths=False`) the newcomer is in the
+    first queue and preempts the old job, which resumes only after it. By estimated remaining time
+    (`phases.length_rank`, here from the declared work over the speed measured of the running job of
+    the same type) the old job, nearly done, finishes first."""
+    def rigid(job_id: str, submit: float, iterations: float) -> JobSpec:
+        return JobSpec(job_id=job_id, submit_time=submit, iterations=iterations, num_workers=8, arch="allreduce",
+                       work_known=True)
+
+    jobs = [rigid("old", 0.0, 400_000.0), rigid("new", 45_000.0, 80_000.0)]  # 8 workers at 1 iteration/s each
+    out = {}
+    for lengths in (True, False):
+        policy = build("full", DualAgentNet(hidden=8), "teacher", lengths=lengths)
+        out[lengths] = simulate(jobs, _one_type(), policy, ByType()).jobs.set_index("job_id")
+    assert out[True].loc["old", "end"] == pytest.approx(50_000.0)
+    assert out[True].loc["old", "preemptions"] == 0
+    assert out[False].loc["old", "preemptions"] >= 1
+    assert out[False].loc["old", "end"] > out[False].loc["new", "end"] >= 55_000.0
+
+
+def test_length_rank_orders_by_remaining_iterations_over_measured_speed(small_cluster):
+    """Places as shares of the jobs, shortest estimated remaining time first; a job of unknown length
+    (no declared work, no progress, no finished job of its type) counts as the median of the others."""
+    from dlsched.policies.phases.length_rank import LengthRank
+
+    def waiting(i: int, iterations: float, known: bool = True) -> JobState:
+        spec = JobSpec(f"j{i}", float(i), iterations, num_workers=1, work_known=known)
+        return JobState(spec=spec, index=i, clock=Clock(0.0), status=JobStatus.PENDING)
+
+    jobs = [waiting(0, 9_000.0), waiting(1, 1_000.0), waiting(2, 5_000.0, known=False), waiting(3, 3_000.0)]
+    snap = Snapshot(0.0, small_cluster, small_cluster.capacity.copy(), jobs, [], 0.0)
+    ranks = LengthRank().ranks(snap, jobs)
+    # no speed measured yet: times are unknown and rank as the median, ties by submit time; with
+    # remaining work known for three, the unknown one takes their median (3,000) and sits beside j3
+    assert ranks.tolist() == [0.0, 0.25, 0.5, 0.75]
+
+
+def test_length_estimates_are_on_by_default_only_on_a_cluster_of_one_gpu_type():
+    """The estimate divides by a job type's speed pooled over GPU types: on a cluster of several
+    types the default teacher keeps attained service; `lengths=True` forces the estimates on."""
+    def ranked(policy, cluster) -> bool:
+        policy.reset(cluster, 0)
+        return policy._lengths is not None
+
+    assert ranked(build("full", DualAgentNet(hidden=8), "teacher"), _one_type())
+    assert not ranked(build("full", DualAgentNet(hidden=8), "teacher"), _cluster())
+    assert ranked(build("full", DualAgentNet(hidden=8), "teacher", lengths=True), _cluster())
+    assert not ranked(build("full", DualAgentNet(hidden=8), "teacher", lengths=False), _one_type())

@@ -7,10 +7,14 @@ profiling measures); and the machine-speed estimate (the RW-OU GP's posterior, o
 job's total work.
 
 The teachers (the supervised warm-up imitates them before reinforcement learning starts):
-- ordering: continuous Tiresias 2D-LAS — the job's Tiresias queue (attained GPU-seconds against
-  3250 / 7200 / 18000), running jobs ahead within a queue, then first come first served — except
-  that a job the placement agent can only offer a poor machine now waits for a while (a score
-  below 0: not offered this decision);
+- ordering: shortest estimated remaining time first (the policy's `phases.length_rank`: Optimus'
+  loss-curve and speed estimates, what a live system sees), running jobs ahead by a sixth of the
+  queue; without estimates (on a cluster of several GPU types by default, or `lengths=False`; how
+  the shipped models were trained) continuous
+  Tiresias 2D-LAS — the job's Tiresias queue (attained GPU-seconds against 3250 / 7200 / 18000),
+  running jobs ahead within a queue, then first come first served. Either way a job the placement
+  agent can only offer a poor machine now waits for a while (a score below 0: not offered this
+  decision);
 - placement: the speed-aware placement (`phases.speed_aware`) over the GP: the allocation with the
   best predicted rate (type affinity × the estimate's mean less half its sd: a slow-looking machine
   that is also uncertain is avoided; a synchronous job at its slowest machine) per (USD/hour)^0.4:
@@ -38,6 +42,7 @@ RISK = 0.5  # the placement teacher plans with mean - RISK * sd of the log speed
 PRICE_WEIGHT = 0.4  # ... and maximises predicted rate / (USD per hour)^PRICE_WEIGHT
 WAIT_BELOW = 0.6  # the ordering teacher holds back a job that would start below this share of its best speed
 MAX_WAIT_S = 8 * 3600.0  # ... for at most this long
+LENGTH_RUNNING_BONUS = 0.5  # with length estimates, a running job's lead (in 3 x its rank share)
 
 
 class Affinity:
@@ -121,17 +126,23 @@ def teacher_pick(aff: np.ndarray, mu: np.ndarray, sd: np.ndarray, room: np.ndarr
     return int(np.argmax(np.where(mask, score, -np.inf)))
 
 
-def teacher_scores(jobs: list[JobState], speed: np.ndarray | None = None) -> np.ndarray:
+def teacher_scores(jobs: list[JobState], speed: np.ndarray | None = None, length: np.ndarray | None = None) -> np.ndarray:
     """Continuous Tiresias (queue first, lower is better; running ahead within a queue; then
-    first come first served), all >= 0: every job is offered. With the placement agent's word
+    first come first served), all >= 0: every job is offered. With `length` (each job's place in
+    the order by estimated remaining time as a share of the jobs, `phases.length_rank`), that place
+    takes the queues' part: shortest estimated remaining time first, running ahead by a sixth of
+    the queue. With the placement agent's word
     (`speed`: the best relative speed a machine with room offers each job now), a waiting job that
     could only start at less than WAIT_BELOW of its best speed scores -1 (it waits for a better
     machine) until it has waited MAX_WAIT_S: starting ResNet-50 on a K80 costs it 7x."""
     if not jobs:
         return np.zeros(0)
-    ranks = np.argsort(np.argsort([j.rank for j in jobs])) / max(len(jobs), 1)
-    out = np.array([4.0 - float(queue_of(THRESHOLDS, j.attained_service)) + 0.5 * (j.allocation is not None) - 0.4 * r
-                    for j, r in zip(jobs, ranks)])
+    running = np.array([j.allocation is not None for j in jobs], dtype=float)
+    if length is not None:
+        out = 4.0 - 3.0 * np.asarray(length, dtype=float) + LENGTH_RUNNING_BONUS * running
+    else:
+        ranks = np.argsort(np.argsort([j.rank for j in jobs])) / max(len(jobs), 1)
+        out = np.array([4.0 - float(queue_of(THRESHOLDS, j.attained_service)) for j in jobs]) + 0.5 * running - 0.4 * ranks
     if speed is not None:
         for i, j in enumerate(jobs):
             if j.allocation is None and speed[i] < WAIT_BELOW and j.waited < MAX_WAIT_S:

@@ -12,6 +12,14 @@ Two cooperating agents decide at every arrival, completion and machine-speed cha
 - the placement agent (`phases.agent_placement`) places each job, in that order, on machines it
   picks from the RW-OU GP's estimate of every machine's speed and its uncertainty
   (`estimators.rwgp`), told the ordering agent's message for the job.
+The ordering agent's score is its teacher's plus a learned correction (a residual actor,
+docs/DUAL_AGENT.md). On a cluster of one GPU type the teacher ranks jobs by their estimated
+remaining time (ours: `phases.length_rank`, Optimus' loss-curve and speed estimates; on ITP's 3,011
+rigid jobs attained service left dual-agent 1.6-1.9x Optimus' mean JCT); on several types it keeps
+Tiresias' attained service, the teacher the models were trained with: the estimate divides by
+Optimus' speed model, which pools a job type's measured speeds over GPU types, and on the
+heterogeneous held-out scenarios it cost the two heaviest windows up to 15% JCT and 37% fee
+(docs/DECISIONS.md). `lengths=True`/`False` forces either teacher.
 The shared realiser turns the order into allocations with minimal preemption (a running job stops
 only when that lets a higher-ranked one start). A rigid job runs at its requested size. Elastic
 jobs (ours: the paper's agents order and place, they do not size) are sized by `AdmitThenShare`:
@@ -43,6 +51,7 @@ from dlsched.core.policy import Named, Observer, Policy, Resets
 from dlsched.core.snapshot import Snapshot
 from dlsched.estimators.rwgp import RWOUGP
 from dlsched.policies.phases.agent_placement import AgentPlacement
+from dlsched.policies.phases.length_rank import LengthRank
 from dlsched.policies.phases.realise import realise
 from dlsched.policies.phases.scaling import room_at_minimum
 from dlsched.policies.phases.sizing import AdmitThenShare
@@ -84,8 +93,11 @@ class DualAgent(Policy):
     interval = DECISION_INTERVAL
 
     def __init__(self, net: DualAgentNet, placement, mode: str = "greedy", trajectory: Trajectory | None = None,
-                 name: str = "dual-agent", notes: list[str] | None = None, elastic: bool = True):
+                 name: str = "dual-agent", notes: list[str] | None = None, elastic: bool = True,
+                 lengths: bool | None = None):
         self.net, self.placement, self.mode, self.trajectory = net, placement, mode, trajectory
+        self.lengths = lengths
+        self._lengths: LengthRank | None = None  # set by `reset`, for its cluster
         self.name, self.notes = name, list(notes or [])
         self.sizing = AdmitThenShare() if elastic else None
         self._billed: AdmitThenShare | None = AdmitThenShare(beyond_requested=False) if elastic else None
@@ -95,6 +107,8 @@ class DualAgent(Policy):
     def reset(self, cluster: Cluster, seed: int) -> None:
         self.rng = np.random.default_rng(seed)
         self._last = -1.0
+        ranked = self.lengths if self.lengths is not None else len(cluster.gpu_types) <= 1
+        self._lengths = LengthRank() if ranked else None
         if isinstance(self.placement, Resets):
             self.placement.reset()
         if isinstance(self.placement, AgentPlacement):
@@ -131,7 +145,9 @@ class DualAgent(Policy):
         heard = self.net.communicate and agent is not None
         jfeat = job_features(snap, jobs, speed if heard else 0 * speed, price if heard else 0 * price)
         # the teacher waits for better machines only on the placement agent's word
-        teacher = teacher_scores(jobs, speed if heard else None)
+        # and, with length estimates, orders by estimated remaining time instead of attained service
+        length = self._lengths.ranks(snap, jobs) if self._lengths is not None else None
+        teacher = teacher_scores(jobs, speed if heard else None, length)
         with torch.no_grad():
             msg = agent.msg if agent is not None else torch.zeros(2 * self.net.hidden)
             scores, hid, _ = self.net.order(torch.from_numpy(jfeat), msg, torch.from_numpy(teacher).float())
@@ -157,6 +173,8 @@ class DualAgent(Policy):
         else:
             allocations = realise(snap, ((j, j.spec.num_workers, j.spec.num_ps) for j in ranked_jobs),
                                   self.placement, preempt="minimal")
+        if self._lengths is not None:
+            self._lengths.moved(jobs, allocations)
         if step is not None:
             step.jobs, step.order_action, step.order_teacher = jfeat, action, teacher
             step.picks = {k: v for k, v in step.picks.items() if k in allocations}  # placements that stood
@@ -201,21 +219,25 @@ def save(net: DualAgentNet, path: Path, meta: dict) -> None:
 
 
 def build(variant: str, net: DualAgentNet, mode: str = "greedy", trajectory: Trajectory | None = None,
-          name: str | None = None, elastic: bool = True) -> Policy:
+          name: str | None = None, elastic: bool = True, lengths: bool | None = None) -> Policy:
     """The policy of a variant around `net` (trained or being trained); `elastic`: elastic jobs
-    sized by `AdmitThenShare` (False: at their requested size, as rigid ones)."""
+    sized by `AdmitThenShare` (False: at their requested size, as rigid ones); `lengths`: the
+    ordering teacher ranks by estimated remaining time (`phases.length_rank`; False: Tiresias'
+    attained service, as the models were trained; None: on a cluster of one GPU type only)."""
     if variant not in VARIANTS:
         raise ConfigError(f"unknown dual-agent variant {variant!r}; known: {', '.join(VARIANTS)}")
     label = name or ("dual-agent" if variant == "full" else f"dual-agent-{variant}")
     if variant == "ordering-only":
-        return DualAgent(net, SpeedAwarePlacement("gavel-style"), mode, trajectory, label, elastic=elastic)
+        return DualAgent(net, SpeedAwarePlacement("gavel-style"), mode, trajectory, label, elastic=elastic,
+                         lengths=lengths)
     placement = AgentPlacement(net, estimate_for(variant), mode, trajectory)
     if variant == "placement-only":  # Tiresias' own ordering over the placement agent
         return Named(Tiresias(THRESHOLDS, 8.0, placement), label)
-    return DualAgent(net, placement, mode, trajectory, label, elastic=elastic)
+    return DualAgent(net, placement, mode, trajectory, label, elastic=elastic, lengths=lengths)
 
 
-def trained(variant: str = "full", model: str | None = None, name: str | None = None, elastic: bool = True) -> Policy:
+def trained(variant: str = "full", model: str | None = None, name: str | None = None, elastic: bool = True,
+            lengths: bool | None = None) -> Policy:
     """A trained variant (`VARIANTS`): the shipped model, or `model` (a file written by
     `dlsched train dual-agent`), named `name` (default: dual-agent, or dual-agent-<variant>)."""
     if variant not in VARIANTS:
@@ -227,7 +249,7 @@ def trained(variant: str = "full", model: str | None = None, name: str | None = 
         raise ConfigError(f"no Dual-Agent-style model at {path}: train one with `dlsched train dual-agent`") from None
     if meta.get("variant", variant) != variant:
         raise ConfigError(f"{path} was trained as variant {meta.get('variant')!r}, not {variant!r}")
-    policy = build(variant, net, name=name, elastic=elastic)
+    policy = build(variant, net, name=name, elastic=elastic, lengths=lengths)
     minutes = meta.get("training_seconds", 0.0) / 60.0
     note = (f"{policy.name}: model {path.name} (variant {variant}, trained {minutes:.1f} min on heterogeneous, "
             "fluctuating Gavel-matrix scenarios); machine speeds are learned from what jobs' workers measure")
@@ -236,9 +258,12 @@ def trained(variant: str = "full", model: str | None = None, name: str | None = 
     return policy
 
 
-def dual_agent(variant: str = "full", model: str | None = None, elastic: bool = True) -> Policy:
+def dual_agent(variant: str = "full", model: str | None = None, elastic: bool = True,
+               lengths: bool | None = None) -> Policy:
     """Dual-Agent-style scheduling: `variant` one of VARIANTS (full; the ablations no-comm, no-gp,
     static-gp; the single agents ordering-only, placement-only); `model` a file written by
     `dlsched train dual-agent` (default: the shipped model of the variant); `elastic`: elastic
-    jobs get a fair share of what the learned order admits (False: their requested size)."""
-    return trained(variant, model, elastic=elastic)
+    jobs get a fair share of what the learned order admits (False: their requested size);
+    `lengths`: the ordering teacher ranks jobs by their estimated remaining time (False: by
+    attained service, Tiresias' order; None, the default: on a cluster of one GPU type only)."""
+    return trained(variant, model, elastic=elastic, lengths=lengths)
