@@ -247,20 +247,25 @@ def test_with_length_estimates_the_ordering_teacher_lets_the_job_nearly_done_fin
 
 
 def test_length_rank_orders_by_remaining_iterations_over_measured_speed(small_cluster):
-    """Places as shares of the jobs, shortest estimated remaining time first; a job of unknown length
-    (no declared work, no progress, no finished job of its type) counts as the median of the others."""
+    """Places as shares of the jobs, shortest estimated remaining time first (remaining iterations
+    over the speed measured for the job type); a job of unknown length (no declared work, no
+    progress, no finished job of its type) counts as the median of the others, and ties go by
+    submit time; before any speed is measured every time is unknown and the order is arrival."""
     from dlsched.policies.phases.length_rank import LengthRank
 
-    def waiting(i: int, iterations: float, known: bool = True) -> JobState:
+    def job(i: int, iterations: float, known: bool = True) -> JobState:
         spec = JobSpec(f"j{i}", float(i), iterations, num_workers=1, work_known=known)
         return JobState(spec=spec, index=i, clock=Clock(0.0), status=JobStatus.PENDING)
 
-    jobs = [waiting(0, 9_000.0), waiting(1, 1_000.0), waiting(2, 5_000.0, known=False), waiting(3, 3_000.0)]
+    jobs = [job(0, 9_000.0), job(1, 1_000.0), job(2, 5_000.0, known=False), job(3, 3_000.0)]
     snap = Snapshot(0.0, small_cluster, small_cluster.capacity.copy(), jobs, [], 0.0)
-    ranks = LengthRank().ranks(snap, jobs)
-    # no speed measured yet: times are unknown and rank as the median, ties by submit time; with
-    # remaining work known for three, the unknown one takes their median (3,000) and sits beside j3
-    assert ranks.tolist() == [0.0, 0.25, 0.5, 0.75]
+    assert LengthRank().ranks(snap, jobs).tolist() == [0.0, 0.25, 0.5, 0.75]
+    ranker = LengthRank()
+    runner = job(9, 1e4)  # a job of the same type measured at 2.5 iterations/s on one worker
+    runner.status, runner.observed_rates = JobStatus.RUNNING, {(1, 1, 0): 2.5}
+    ranker.estimates.speeds.observe(runner)
+    # times 3,600 / 400 / 1,200 (the median of 9,000, 1,000, 3,000 over 2.5) / 1,200 s
+    assert ranker.ranks(snap, jobs).tolist() == [0.75, 0.0, 0.25, 0.5]
 
 
 def test_length_estimates_are_on_by_default_only_on_a_cluster_of_one_gpu_type():
