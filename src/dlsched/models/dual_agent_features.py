@@ -10,11 +10,10 @@ The teachers (the supervised warm-up imitates them before reinforcement learning
 - ordering: shortest estimated remaining time first (the policy's `phases.length_rank`: Optimus'
   loss-curve and speed estimates, what a live system sees), running jobs ahead by a sixth of the
   queue; without estimates (on a cluster of several GPU types by default, or `lengths=False`; how
-  the shipped models were trained) continuous
-  Tiresias 2D-LAS — the job's Tiresias queue (attained GPU-seconds against 3250 / 7200 / 18000),
-  running jobs ahead within a queue, then first come first served. Either way a job the placement
-  agent can only offer a poor machine now waits for a while (a score below 0: not offered this
-  decision);
+  the shipped models were trained) continuous Tiresias 2D-LAS — the job's Tiresias queue (attained
+  GPU-seconds against 3250 / 7200 / 18000), running jobs ahead within a queue, then first come first
+  served. Either way a job the placement agent can only offer a poor machine now waits for a while
+  (a score below 0: not offered this decision);
 - placement: the speed-aware placement (`phases.speed_aware`) over the GP: the allocation with the
   best predicted rate (type affinity × the estimate's mean less half its sd: a slow-looking machine
   that is also uncertain is avoided; a synchronous job at its slowest machine) per (USD/hour)^0.4:
