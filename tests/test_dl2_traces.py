@@ -18,8 +18,11 @@ from tests.conftest import rigid_job
 SLOT = 600.0
 
 
-def _builder(specs: list[JobSpec], cluster: Cluster) -> SlotBuilder:
-    """A slot builder on a snapshot at t = 0 in which every job waits."""
+def _builder(specs: list[JobSpec], cluster: Cluster,
+             running: dict[str, dict[int, tuple[int, int]]] | None = None) -> SlotBuilder:
+    """A slot builder on a snapshot at t = 0 in which every job waits; with `running` (job id ->
+    {node: (workers, PSs)}) those jobs run there and the builder is between slots."""
+    from dlsched.core.allocation import Allocation
     from dlsched.core.snapshot import Clock
 
     clock = Clock(0.0)
@@ -28,7 +31,10 @@ def _builder(specs: list[JobSpec], cluster: Cluster) -> SlotBuilder:
         job = JobState(spec=spec, index=i, clock=clock)
         job.rank = i
         state.arrive(job, 0.0)
-    return SlotBuilder(state.snapshot(0.0, ("arrival",), 0.0), window=4, slot_seconds=SLOT)
+        if running and spec.job_id in running:
+            state.start(job, Allocation.of(running[spec.job_id]), 0.0)
+    events = ("completion",) if running else ("arrival",)
+    return SlotBuilder(state.snapshot(0.0, events, 0.0), window=4, slot_seconds=SLOT, between_slots=bool(running))
 
 
 def test_an_allreduce_jobs_workers_go_to_its_own_node_while_they_fit():
@@ -160,3 +166,51 @@ def test_dl2_starts_an_arrival_between_slots_when_gpus_are_free():
     r = _dl2_run(jobs, Cluster.homogeneous("t", nodes=1, gpus=4, cpus=32, mem=256))
     starts = dict(zip(r.jobs.job_id, r.jobs.start))
     assert starts["j1"] == pytest.approx(100.0)  # not at the next slot (600 s)
+
+
+def test_gpus_left_free_go_to_the_jobs_that_can_grow_smallest_share_first():
+    # Between slots DL2 only started waiting jobs, so a GPU a completion freed stayed idle until the
+    # next slot while running elastic jobs could use it (dl2 1.25x DRF on ITP cluster03 read elastic).
+    cluster = Cluster.homogeneous("t", nodes=2, gpus=4, cpus=32, mem=256)
+    big = JobSpec(job_id="big", submit_time=0.0, iterations=1e4, num_workers=3, min_workers=1, max_workers=8)
+    small = JobSpec(job_id="small", submit_time=0.0, iterations=1e4, num_workers=1, min_workers=1, max_workers=2)
+    b = _builder([big, small], cluster, {"big": {0: (3, 0)}, "small": {1: (1, 0)}})
+    assert b.plan().allocations == {}  # without the fill: both keep running as they are
+    b.fill_free()
+    # small (the smaller share) to its maximum; big to what its own node has: the fill never
+    # spreads a job onto another node (a ring over more nodes is slower on measured curves)
+    assert (b.workers(big), b.workers(small)) == (4, 2)
+    assert b.free[1, 0] == 2
+    plan = b.plan()
+    assert plan.keep_running and set(plan.allocations) == {"big", "small"}
+    assert plan.allocations["big"].nodes == (0,) and plan.allocations["big"].num_workers == 4
+    assert plan.allocations["small"].num_workers == 2
+
+
+def test_the_fill_leaves_rigid_and_ps_jobs_as_they_are():
+    cluster = Cluster.homogeneous("t", nodes=1, gpus=8, cpus=32, mem=256)
+    rigid = rigid_job(0, 0.0, 900.0, gpus=2)
+    ps = JobSpec(job_id="ps", submit_time=0.0, iterations=1e4, num_workers=1, num_ps=1, min_workers=1, max_workers=4,
+                 min_ps=1, max_ps=4, arch="ps")
+    b = _builder([rigid, ps], cluster, {"j0": {0: (2, 0)}, "ps": {0: (1, 1)}})
+    b.fill_free()
+    assert b.plan().allocations == {}
+
+
+def test_dl2_without_the_fill_leaves_a_freed_gpu_idle_until_the_next_slot():
+    from dlsched.models.dl2_network import DL2Net
+    from dlsched.policies.dl2 import DL2Policy
+    from dlsched.throughput.duration_only import DurationOnly
+
+    torch = pytest.importorskip("torch")
+    cluster = Cluster.homogeneous("t", nodes=1, gpus=4, cpus=32, mem=256)
+    jobs = [rigid_job(0, 0.0, 300.0, gpus=2),
+            JobSpec(job_id="e", submit_time=0.0, iterations=4000.0, duration=4000.0, num_workers=2, min_workers=2,
+                    max_workers=4, arch="allreduce")]
+    out = {}
+    for fill in (True, False):
+        torch.manual_seed(0)
+        r = simulate(jobs, cluster, DL2Policy(DL2Net(4), slot_seconds=SLOT, fill=fill), DurationOnly(),
+                     SimConfig(restart_overhead=10.0))
+        out[fill] = r.jobs.set_index("job_id").end["e"]
+    assert out[True] < out[False]  # j0 ends at 300 s: with the fill, e grows to 4 GPUs then, not at 600 s
