@@ -114,6 +114,10 @@ def test_unknown_job_is_404_with_a_clear_message(env):
         ({"steps": 5}, "model: Field required"),
         ({"model": "mlp", "steps": 5, "workers": 8, "max_workers": 4},
          "need min_workers (8) <= workers (8) <= max_workers (4)"),
+        # JSON's true is not a number, nor 1 a boolean (pydantic's lax mode took both; schemathesis)
+        ({"model": "cnn", "steps": 9, "width": True}, "width: must be a number, not true or false"),
+        ({"model": "cnn", "steps": 9, "gpus_per_worker": False}, "gpus_per_worker: must be a number"),
+        ({"model": "cnn", "steps": 9, "work_known": 1}, "work_known: must be true or false"),
     ],
 )
 def test_bad_spec_is_422_with_a_readable_message(env, body, expected):

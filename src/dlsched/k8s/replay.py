@@ -163,7 +163,7 @@ def stand_in(spec: JobSpec) -> "TrainJob":
             mem_gb_per_worker=spec.worker_demand[2], cpus_per_ps=spec.ps_demand[1], mem_gb_per_ps=spec.ps_demand[2],
             deadline_s=None if spec.deadline is None else max(1e-3, spec.deadline - spec.submit_time),
             priority=int(np.clip(spec.priority, -1000, 1000)), user=(spec.user or "default")[:100],
-            work_known=spec.work_known)
+            work_known=bool(spec.work_known))
     except ValidationError as exc:
         first = exc.errors()[0]
         raise ConfigError(f"trace job {spec.job_id} cannot be replayed: {'.'.join(map(str, first['loc']))}: "

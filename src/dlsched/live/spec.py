@@ -12,9 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from dlsched.core.job import Architecture, JobSpec
+
+#: The field types that are JSON numbers (`TrainJob._json_types`).
+_NUMBERS = (int, float, int | None, float | None)
+
 
 class TrainJob(BaseModel):
     """A training job as a user submits it (YAML or JSON). Unknown keys are errors."""
@@ -48,6 +52,19 @@ class TrainJob(BaseModel):
     user: str = Field("default", min_length=1, max_length=100)
     work_known: bool = Field(True, description="whether the scheduler may read `steps` as the job's total work")
     checkpoint_every_s: float = Field(10.0, gt=0, le=86_400, description="periodic checkpoint interval")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _json_types(cls, value: object, info: ValidationInfo) -> object:
+        """true/false is not a number and a number is not true/false, as the schema says: pydantic's
+        lax mode read `"width": true` as width 1 and `"work_known": 1` as true, and the API
+        accepted a body its own OpenAPI schema refuses (found by schemathesis)."""
+        kind = cls.model_fields[info.field_name].annotation
+        if kind in _NUMBERS and isinstance(value, bool):
+            raise ValueError("must be a number, not true or false")
+        if kind is bool and not isinstance(value, bool):
+            raise ValueError("must be true or false")
+        return value
 
     @model_validator(mode="after")
     def _bounds(self) -> "TrainJob":
