@@ -184,12 +184,6 @@ class SlotBuilder:
                     self._place(job, node, role, take)
                     need[role] -= take
 
-    def _as_it_runs(self, job: JobState) -> bool:
-        """Whether the slot gives the running job exactly its allocation, node by node."""
-        a = job.allocation
-        placed = {n: (w, p) for n, (w, p) in self.counts[job.job_id].items() if w or p}
-        return placed == {n: (w, p) for n, w, p in zip(a.nodes, a.workers, a.ps) if w or p}
-
     def _remove(self, job: JobState, node: int, role: int) -> None:  # undo one `_add`
         self._place(job, node, role, -1)
 
@@ -378,12 +372,11 @@ class SlotBuilder:
         unchanged keeps its current nodes when they are free in this plan, so it does not restart."""
         plan = Plan()
         for job in self.jobs:
-            if self.between_slots and job.allocation is not None and self._as_it_runs(job):
-                continue  # kept as it runs (`keep_running`), or stopped (`preempt`); one the fill grew is resized
-            placed = {n: (w, p) for n, (w, p) in self.counts[job.job_id].items() if w or p}
-            if not placed:
-                continue
-            alloc = Allocation.of(placed)
+            alloc = Allocation.of(self.counts[job.job_id])  # nodes given nothing are dropped
+            if not alloc.nodes:
+                continue  # waits, or (a running job between slots) is stopped: `preempt`
+            if self.between_slots and alloc == job.allocation:
+                continue  # kept as it runs (`keep_running`); one the fill grew is resized
             s = job.spec
             if alloc.num_workers < s.min_workers or alloc.num_ps < s.min_ps:
                 continue
