@@ -174,3 +174,27 @@ def test_long_windows_planned_in_blocks_still_finish_as_planned(monkeypatch):
     admitted = [d for d in pol.decisions if d["admitted"]]
     assert not _late(pol, rows, admitted, slot)
     assert len(admitted) >= len([d for d in per_slot.decisions if d["admitted"]]) - 3
+
+
+@pytest.mark.parametrize("revise", [False, True])
+def test_revision_moves_a_long_commitment_for_a_short_arrival(revise: bool):
+    """A 10 h job holds the node's next slots (committed at once: defer=1); a 0.5 h job arrives
+    an hour later. As in the paper, OASiS turns it away (no room until its utility is gone). With
+    `revise`, the long job's commitments move 3 slots later (it loses 0.4% of its utility), the
+    short job runs at once, and both end by the end of their (updated) planned completion slots."""
+    cluster = Cluster.homogeneous("c", nodes=1, gpus=8, cpus=64, mem=256)
+    jobs = [JobSpec("long", 0.0, iterations=36000.0, duration=36000.0, num_workers=8, work_known=True),
+            JobSpec("short", 3600.0, iterations=1800.0, duration=1800.0, num_workers=2, work_known=True)]
+    jobs, _ = with_default_utilities(jobs)
+    pol = OASiS(slot_seconds=600.0, horizon=200, defer=1.0, revise=revise)
+    res = simulate(jobs, cluster, pol, DurationOnly(), SimConfig(restart_overhead=0))
+    rows = res.jobs.set_index("job_id")
+    admitted = {d["job_id"]: d for d in pol.decisions if d["admitted"]}
+    if not revise:
+        assert set(admitted) == {"long"} and rows.loc["short", "status"] == "rejected"
+        return
+    assert set(admitted) == {"long", "short"} and admitted["long"]["moved"] == 1
+    assert admitted["short"]["displaced"] == ["long"]
+    assert rows.loc["short", "end"] - 3600.0 == pytest.approx(1800.0)  # from the next slot, at once
+    assert rows.loc["long", "end"] == pytest.approx(36000.0 + 1800.0)  # three slots later
+    assert not _late(pol, rows, list(admitted.values()), 600.0)

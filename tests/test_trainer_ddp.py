@@ -74,18 +74,43 @@ def test_every_listening_socket_is_on_the_node_address(tmp_path: Path, mode: str
     a wildcard address (torch's own TCPStore binds `::`)."""
     port = free_port()
     argv = trainer_argv(tmp_path, mode=mode, num_ps=num_ps, steps=100_000)
-    procs = [subprocess.Popen([sys.executable, "-m", "dlsched.trainer", *argv], env=env_for(r, 2, port, "l"),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for r in range(2)]
-    try:
-        wait_for_step(tmp_path, 2, procs)
-        socks = listening([p.pid for p in procs])
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        assert wait_all(procs) == [0, 0]
-    finally:
-        wait_all(procs)
+    logs = [tmp_path / f"rank{r}.log" for r in range(2)]  # kept: a failed stop shows why
+    with logs[0].open("w") as out0, logs[1].open("w") as out1:
+        procs = [subprocess.Popen([sys.executable, "-m", "dlsched.trainer", *argv], env=env_for(r, 2, port, "l"),
+                                  stdout=out, stderr=subprocess.STDOUT) for r, out in enumerate((out0, out1))]
+        try:
+            wait_for_step(tmp_path, 2, procs)
+            socks = listening([p.pid for p in procs])
+            for p in procs:
+                p.send_signal(signal.SIGTERM)
+            codes = wait_all(procs)
+        finally:
+            wait_all(procs)
+    assert codes == [0, 0], "\n".join(f"rank {r}: ...{log.read_text()[-2000:]}" for r, log in enumerate(logs))
     assert any(port_ == port for _, _, port_ in socks), "the rendezvous store was not seen listening"
     assert socks and all(ip == "127.0.0.1" for _, ip, _ in socks), socks
+
+
+def test_a_worker_whose_rendezvous_store_is_gone_at_shutdown_exits_cleanly(monkeypatch, capsys) -> None:
+    """The store's host (parameter server 0) may exit while a worker's graceful shutdown reads
+    it one last time: that error alone ends the stop cleanly, any other still fails the rank."""
+    import torch.distributed as dist
+
+    from dlsched.trainer import ps
+
+    def gone(graceful: bool) -> None:
+        raise dist.DistNetworkError("Connection reset by peer")
+
+    monkeypatch.setattr(ps.rpc, "shutdown", gone)
+    ps._leave()
+    assert "nothing was lost" in capsys.readouterr().out
+
+    def broken(graceful: bool) -> None:
+        raise RuntimeError("an RPC failed")
+
+    monkeypatch.setattr(ps.rpc, "shutdown", broken)
+    with pytest.raises(RuntimeError, match="an RPC failed"):
+        ps._leave()
 
 
 @pytest.mark.parametrize("cuda,local_rank,local_world,want", [

@@ -82,6 +82,14 @@ DEFER = 0.7
 #: the short slots (and the short jobs' plans) as they are. The ITP traces' windows (at most
 #: 17,049 and 20,810 slots) are under it, so their plans are unchanged.
 MAX_PLAN_SLOTS = 25_000
+#: With `revise`, an arrival that would be turned away may move at most this many admitted jobs'
+#: commitments later (`OASiS._displace`): each costs a market over the arrival's window.
+MAX_VICTIMS = 8
+#: ... each of which would lose less than this share of its planned utility by ending as many
+#: slots later as the arrival needs.
+MAX_VICTIM_LOSS = 0.5
+#: ... and a victim that does not fit again is left out of the next try, this many tries at most.
+DISPLACE_TRIES = 3
 
 
 def known_work(job: JobState, snap: Snapshot) -> float | None:
@@ -124,7 +132,9 @@ class OASiS(Policy):
         work_conserving: bool = True,
         defer: float = DEFER,
         prices: str = "auto",
+        revise: bool = False,
     ):
+        self.revise = revise
         if prices not in ("auto", "paper", "density"):
             raise ConfigError(f"OASiS: prices must be auto, paper or density, got {prices!r}")
         self.prices = prices
@@ -180,6 +190,7 @@ class OASiS(Policy):
         self.decisions: list[dict] = []
         self.demands: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.plan_rate: dict[str, float] = {}  # iterations/s of a constant-size plan (0: not one)
+        self._record: dict[str, dict] = {}  # each admitted job's decision (a displaced job's is updated)
 
     # ------------------------------------------------------------------ per call
     def _slot_of(self, t: float) -> int:
@@ -238,11 +249,10 @@ class OASiS(Policy):
         for jid in [j for j in self.demands if j not in live]:
             wd, pd_ = self.demands.pop(jid)
             self.starts.pop(jid, None)
+            self._record.pop(jid, None)
             for t, a in self.plans[jid].items():
                 if t > s:
-                    nodes = list(a.nodes)
-                    left = self.table.used[t, nodes] - (np.outer(a.workers, wd) + np.outer(a.ps, pd_))
-                    self.table.used[t, nodes] = np.maximum(left, 0.0)  # no -1e-16 from float round-off
+                    self._unuse(t, a, wd, pd_)
 
     def _order_key(self, job: JobState, snap: Snapshot):
         """Jobs that arrive together are decided one by one; the paper gives no order among them.
@@ -339,9 +349,7 @@ class OASiS(Policy):
                 continue
             wd, pd_ = self.demands[jid]
             for t in keys[i + need:]:
-                a = slots.pop(t)
-                left_use = self.table.used[t, list(a.nodes)] - (np.outer(a.workers, wd) + np.outer(a.ps, pd_))
-                self.table.used[t, list(a.nodes)] = np.maximum(left_use, 0.0)
+                self._unuse(t, slots.pop(t), wd, pd_)
             del keys[i + need:]
             self.last_slot[jid] = keys[-1] if keys else s
 
@@ -407,13 +415,164 @@ class OASiS(Policy):
                 )
             else:
                 reason = ""
+        if reason and self.revise and step == 1 and start < end and spec.model != MODEL_KEY:
+            def plan_in(m: Market) -> Schedule:  # its best schedule, not deferred: it takes the room it was given
+                if sizes:
+                    return best_sized_schedule(m, utilities, sizes, self.racks)
+                return best_rigid_schedule(m, utilities, int(prof.workers_for[1]), int(prof.ps_for[1]),
+                                           len(prof.workers_for) - 1, self.racks)
+            rigid_or_sized = sizes or ((prof.workers_for[2:] < 0).all() and prof.workers_for[1] >= 0
+                                       and len(prof.workers_for) > 2)
+            goal = (1.0 - MAX_VICTIM_LOSS) * terms.fastest_utility
+            moved = self._displace(job, snap, start, end, fastest, goal, plan_in, consts, wd, pd_) if rigid_or_sized else None
+            if moved is not None:
+                sched, record["displaced"] = moved
+                record.update(payoff=sched.payoff, utility=sched.utility, cost=sched.cost)
+                record.update(admitted=True, completion_slot=start + sched.last_slot,
+                              decision_seconds=time.perf_counter() - t0)
+                self.decisions.append(record)
+                self._record[spec.job_id] = record
+                return
         if reason:
             plan.reject(spec.job_id, reason)
         else:
             self._commit(spec, start, sched, wd, pd_, step)
             record.update(admitted=True, completion_slot=start + (sched.last_slot + 1) * step - 1)
+            self._record[spec.job_id] = record
         record["decision_seconds"] = time.perf_counter() - t0
         self.decisions.append(record)
+
+    # ------------------------------------------------------------------ revision (ours, `revise=True`)
+    def _displace(self, job: JobState, snap: Snapshot, start: int, end: int, fastest: int, goal: float, plan_in,
+                  consts: PriceConstants, wd: np.ndarray, pd_: np.ndarray) -> tuple[Schedule, list[str]] | None:
+        """Admit an arrival that would be turned away by moving later the commitments of admitted
+        jobs that lose least by waiting, if the total planned utility grows.
+
+        Why (ours; the paper never revises a commitment): on ITP traces at load 0.8 bursts of short
+        jobs arrive while long jobs hold the near slots; a short job's utility decays on the scale
+        of its own length (hours) while a long job's barely moves over its slack (days), so OASiS
+        turned them away where DRF preempts the long jobs (docs/OASIS.md). Victims (`_victims`),
+        one at a time: each gives up its commitments from slot `start` on, and the arrival is
+        planned in what that frees; once it fits with a positive payoff, every victim is planned
+        again at its size for as many slots as it gave up. Kept only if every victim fits again and
+        the arrival's planned utility exceeds what the victims' planned completions lose;
+        otherwise the table and the plans are restored exactly.
+        """
+        victims = self._victims(start, fastest, snap)
+        live = {j.job_id: j for j in snap.running + snap.pending}
+        for _ in range(DISPLACE_TRIES):
+            if not victims:
+                return None
+            saved_used = self.table.used.copy()
+            saved = {jid: (dict(self.plans[jid]), list(self.starts[jid]), self.last_slot[jid], dict(self._record[jid]))
+                     for jid in victims}
+            sched, released, stuck = self._try_displace(job, start, end, goal, plan_in, consts, wd, pd_, victims, live, saved)
+            if stuck is None and sched is not None:
+                return sched, released
+            self.table.used = saved_used  # undo exactly
+            for jid, (plans, starts, last, record) in saved.items():
+                self.plans[jid], self.starts[jid], self.last_slot[jid] = plans, starts, last
+                self._record[jid].clear()  # the same dict as in `decisions`
+                self._record[jid].update(record)
+            for table in (self.plans, self.starts, self.demands, self.last_slot):
+                table.pop(job.job_id, None)
+            if stuck is None:
+                return None
+            victims = [v for v in victims if v != stuck]  # try again without the one that did not fit again
+        return None
+
+    def _try_displace(self, job: JobState, start: int, end: int, goal: float, plan_in, consts: PriceConstants,
+                      wd: np.ndarray, pd_: np.ndarray, victims: list[str], live: dict[str, JobState],
+                      saved: dict) -> tuple[Schedule | None, list[str], str | None]:
+        """One try of `_displace`: (the arrival's schedule if kept, the victims moved, the victim
+        that did not fit again if that ended the try)."""
+        spec = job.spec
+        released: list[tuple[str, int, Allocation]] = []
+        for jid in victims:
+            released.append((jid, *self._uncommit_from(jid, start)))
+            sched = plan_in(self._market(spec, start, end, consts, wd, pd_))
+            if not (sched.feasible and sched.payoff > 0 and sched.utility >= goal) and jid != victims[-1]:
+                continue
+            if not (sched.feasible and sched.payoff > 0):
+                return None, [], None
+            self._commit(spec, start, sched, wd, pd_)
+            lost = 0.0
+            for vid, slots, alloc in released:
+                change = self._replan(live[vid], start, slots, alloc, consts, saved[vid][2])
+                if change is None:
+                    return None, [], vid
+                lost += change
+            if sched.utility > lost:
+                return sched, [vid for vid, _, _ in released], None
+            return None, [], None  # the victims lose more than the arrival gains
+        return None, [], None
+
+    def _victims(self, start: int, fastest: int, snap: Snapshot) -> list[str]:
+        """Admitted jobs with a constant-size plan and a commitment within the arrival's target
+        (2x its fastest slots from `start`), least planned utility lost per GPU first if they end
+        `fastest` slots later; at most MAX_VICTIMS."""
+        near = start + 2 * fastest
+        out = []
+        for job in snap.running + snap.pending:
+            keys = self.starts.get(job.job_id)
+            if not keys or job.job_id not in self.demands or job.spec.model == MODEL_KEY:
+                continue
+            i = bisect.bisect_left(keys, start)
+            if i == len(keys) or keys[i] >= near:
+                continue
+            plan = self.plans[job.job_id]
+            sizes = {(sum(plan[t].workers), sum(plan[t].ps)) for t in keys[i:]}
+            if len(sizes) != 1:
+                continue
+            f = job_utility(job.spec)
+            last = self.last_slot[job.job_id]
+            now_u, later_u = (self._utilities(f, job.spec, t, 1)[0] for t in (last, last + fastest))
+            share = (now_u - later_u) / now_u if now_u > 0 else 1.0
+            if share >= MAX_VICTIM_LOSS:
+                continue
+            gpus = float(next(iter(sizes))[0]) * float(job.spec.worker_demand[GPU])
+            out.append((share, -gpus, job.rank, job.job_id))
+        out.sort()
+        return [jid for *_, jid in out[:MAX_VICTIMS]]
+
+    def _uncommit_from(self, jid: str, start: int) -> tuple[int, Allocation]:
+        """Drop the job's commitments in slots >= start: how many slots it gave up, and the
+        allocation of the first of them (its size)."""
+        keys = self.starts[jid]
+        i = bisect.bisect_left(keys, start)
+        wd, pd_ = self.demands[jid]
+        first = self.plans[jid][keys[i]]
+        for t in keys[i:]:
+            self._unuse(t, self.plans[jid].pop(t), wd, pd_)
+        gave = len(keys) - i
+        del keys[i:]
+        self.last_slot[jid] = keys[-1] if keys else start - 1
+        return gave, first
+
+    def _unuse(self, t: int, a: Allocation, wd: np.ndarray, pd_: np.ndarray) -> None:
+        """Take an allocation's use out of slot t of the table."""
+        nodes = list(a.nodes)
+        left = self.table.used[t, nodes] - (np.outer(a.workers, wd) + np.outer(a.ps, pd_))
+        self.table.used[t, nodes] = np.maximum(left, 0.0)  # no -1e-16 from float round-off
+
+    def _replan(self, job: JobState, start: int, slots: int, size: Allocation, consts: PriceConstants,
+                old_last: int) -> float | None:
+        """Plan a displaced job again at its size for the `slots` it gave up, from slot `start`
+        (its best schedule, not deferred); the planned utility it loses (None: nothing fits)."""
+        spec = job.spec
+        f = job_utility(spec)
+        wd, pd_ = self.demands[spec.job_id]
+        utilities = self._utilities(f, spec, start, self.horizon)
+        end = start + self._useful_slots(utilities, f(0.0))
+        m = self._market(spec, start, end, consts, wd, pd_)
+        sched = best_rigid_schedule(m, utilities[: end - start], int(sum(size.workers)), int(sum(size.ps)), slots, self.racks)
+        if not sched.feasible:
+            return None
+        self._commit(spec, start, sched, wd, pd_, keep=self.plans[spec.job_id])
+        record = self._record[spec.job_id]
+        record["completion_slot"] = start + sched.last_slot
+        record["moved"] = record.get("moved", 0) + 1
+        return float(self._utilities(f, spec, old_last, 1)[0] - sched.utility)
 
     def _utilities(self, f, spec: JobSpec, start: int, count: int, step: int = 1) -> np.ndarray:
         """The job's utility if it completes at the end of each of `count` steps of `step` slots
@@ -459,9 +618,11 @@ class OASiS(Policy):
         pcap = _fits(pres, pd_)
         return Market(wprice, wcap, pprice, pcap, shared=self.shared, pres=pres if self.shared else None, wuse=wd, puse=pd_)
 
-    def _commit(self, spec: JobSpec, start: int, sched: Schedule, wd: np.ndarray, pd_: np.ndarray, step: int = 1) -> None:
-        """Commit the schedule's allocation of each window slot (of each block's `step` slots)."""
-        slots: dict[int, Allocation] = {}
+    def _commit(self, spec: JobSpec, start: int, sched: Schedule, wd: np.ndarray, pd_: np.ndarray, step: int = 1,
+                keep: dict[int, Allocation] | None = None) -> None:
+        """Commit the schedule's allocation of each window slot (of each block's `step` slots);
+        `keep`: the job's commitments before `start` (a displaced job planned again)."""
+        slots: dict[int, Allocation] = dict(keep) if keep else {}
         for t, (x, z) in enumerate(zip(sched.workers, sched.ps)):
             if x is None:
                 continue
@@ -497,8 +658,9 @@ def oasis(
     work_conserving: bool = True,
     defer: float = DEFER,
     prices: str = "auto",
+    revise: bool = False,
 ) -> Policy:
     """OASiS with U and L estimated online from the jobs seen so far (x `scale`); see OASiS for
     options. `oracle=True` plans jobs that declare no work from their true work (reported as an oracle)."""
-    pol = OASiS(slot_seconds, horizon, rolling, pools, max_units, scale, None, l_min_fraction, order, release, work_conserving, defer=defer, prices=prices)
+    pol = OASiS(slot_seconds, horizon, rolling, pools, max_units, scale, None, l_min_fraction, order, release, work_conserving, defer=defer, prices=prices, revise=revise)
     return Oracle(pol) if oracle else pol
