@@ -54,13 +54,15 @@ def test_a_short_job_gets_in_beside_a_long_one_committed_late():
     """One 4-GPU node. A long job (1000 s) arrives first, a short one (200 s) at 150 s. Committed at
     once, the long job holds the node for its whole run and the short one, worth ~0 by then, is
     rejected; committed late it runs at once in idle room, gives way to the short job's
-    commitment, and both finish with most of their value."""
+    commitment, and both finish with most of their value. Without revision (`revise=False`): with
+    it the long job's commitment would move for the short one either way
+    (`test_oasis_trace.py::test_revision_moves_a_long_commitment_for_a_short_arrival`)."""
     cluster = Cluster.homogeneous("c", nodes=1, gpus=4, cpus=32, mem=128)
     jobs, _ = with_default_utilities([JobSpec("long", 0.0, iterations=1000.0, duration=1000.0, num_workers=4),
                                       JobSpec("short", 150.0, iterations=200.0, duration=200.0, num_workers=4)])
     totals = {}
     for wc in (False, True):
-        pol = OASiS(slot_seconds=100.0, horizon=60, work_conserving=wc)
+        pol = OASiS(slot_seconds=100.0, horizon=60, work_conserving=wc, revise=False)
         res = simulate(jobs, cluster, Oracle(pol), DurationOnly(), SimConfig(restart_overhead=0)).jobs.set_index("job_id")
         totals[wc] = res.utility.sum()
         if wc:

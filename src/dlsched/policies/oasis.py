@@ -41,6 +41,12 @@ that share of its best schedule's utility, so a long job does not reserve the ne
 short arrivals need; `prices="auto"`: U and L per resource-slot (`oasis_prices.density_constants`).
 Why: on ITP traces at load 0.8 OASiS' total utility trailed DRF's by 17-31% (docs/OASIS.md).
 
+Revision (`revise`, ours; the paper never revises a commitment): an arrival OASiS would turn
+away may move later the commitments of admitted constant-size jobs that lose least by ending later,
+if each fits again and the arrival gains more than they lose (`_displace`). Why: on ITP traces at
+load 0.8 bursts of short jobs were turned away while long jobs, whose utility barely moves over
+their slack, held the near slots (0.83x DRF's utility on all 3,011 raw rigid jobs; 1.03x with it).
+
 Execution drift. With restart pauses, or a trace job whose real speed differs, a job can have work
 left when its plan ends; it then keeps its last allocation while that still fits in the room no
 commitment uses (best effort, never displacing a committed plan).
@@ -132,7 +138,7 @@ class OASiS(Policy):
         work_conserving: bool = True,
         defer: float = DEFER,
         prices: str = "auto",
-        revise: bool = False,
+        revise: bool = True,
     ):
         self.revise = revise
         if prices not in ("auto", "paper", "density"):
@@ -564,6 +570,8 @@ class OASiS(Policy):
         wd, pd_ = self.demands[spec.job_id]
         utilities = self._utilities(f, spec, start, self.horizon)
         end = start + self._useful_slots(utilities, f(0.0))
+        if end - start > MAX_PLAN_SLOTS:  # a window planned in blocks: not moved (its blocks are whole)
+            return None
         m = self._market(spec, start, end, consts, wd, pd_)
         sched = best_rigid_schedule(m, utilities[: end - start], int(sum(size.workers)), int(sum(size.ps)), slots, self.racks)
         if not sched.feasible:
@@ -658,7 +666,7 @@ def oasis(
     work_conserving: bool = True,
     defer: float = DEFER,
     prices: str = "auto",
-    revise: bool = False,
+    revise: bool = True,
 ) -> Policy:
     """OASiS with U and L estimated online from the jobs seen so far (x `scale`); see OASiS for
     options. `oracle=True` plans jobs that declare no work from their true work (reported as an oracle)."""
