@@ -515,8 +515,9 @@ class OASiS(Policy):
 
     def _victims(self, start: int, fastest: int, snap: Snapshot) -> list[str]:
         """Admitted jobs with a constant-size plan and a commitment within the arrival's target
-        (2x its fastest slots from `start`), least planned utility lost per GPU first if they end
-        `fastest` slots later; at most MAX_VICTIMS."""
+        (2x its fastest slots from `start`) that would lose less than MAX_VICTIM_LOSS of their
+        planned utility by ending `fastest` slots later: the smallest such share first (then the
+        most GPUs: one victim frees more), at most MAX_VICTIMS."""
         near = start + 2 * fastest
         out = []
         for job in snap.running + snap.pending:
