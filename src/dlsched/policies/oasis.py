@@ -401,14 +401,20 @@ class OASiS(Policy):
                 utilities = self._utilities(f, spec, start, blocks, step)
                 sizes = size_options(job, snap, self.slot * step, work)
                 prof = None if sizes else profile(spec, self.slot * step, self.max_units, work)
-            m = self._market(spec, start, end, consts, wd, pd_, step)
-            if sizes:
-                sched = best_sized_schedule(m, utilities, sizes, self.racks, self.defer)
-            elif (prof.workers_for[2:] < 0).all() and prof.workers_for[1] >= 0 and len(prof.workers_for) > 2:
-                sched = best_rigid_schedule(m, utilities, int(prof.workers_for[1]), int(prof.ps_for[1]), len(prof.workers_for) - 1,
-                                            self.racks, self.defer)
-            else:
-                sched = best_schedule(m, utilities, prof.workers_for, prof.ps_for)
+            constant = bool(sizes) or ((prof.workers_for[2:] < 0).all() and prof.workers_for[1] >= 0
+                                       and len(prof.workers_for) > 2)
+
+            def plan_in(m: Market, defer: float = self.defer) -> Schedule:
+                """The job's best schedule in market m: at one size (committed late by `defer`), else
+                Alg. 2's DP over work units."""
+                if sizes:
+                    return best_sized_schedule(m, utilities, sizes, self.racks, defer)
+                if constant:
+                    return best_rigid_schedule(m, utilities, int(prof.workers_for[1]), int(prof.ps_for[1]),
+                                               len(prof.workers_for) - 1, self.racks, defer)
+                return best_schedule(m, utilities, prof.workers_for, prof.ps_for)
+
+            sched = plan_in(self._market(spec, start, end, consts, wd, pd_, step))
             record.update(payoff=sched.payoff, utility=sched.utility, cost=sched.cost)
             if not sched.feasible:
                 reason = f"OASiS: no schedule fits before slot {end} (payoff -inf)"
@@ -421,16 +427,10 @@ class OASiS(Policy):
                 )
             else:
                 reason = ""
-        if reason and self.revise and step == 1 and start < end and spec.model != MODEL_KEY:
-            def plan_in(m: Market) -> Schedule:  # its best schedule, not deferred: it takes the room it was given
-                if sizes:
-                    return best_sized_schedule(m, utilities, sizes, self.racks)
-                return best_rigid_schedule(m, utilities, int(prof.workers_for[1]), int(prof.ps_for[1]),
-                                           len(prof.workers_for) - 1, self.racks)
-            rigid_or_sized = sizes or ((prof.workers_for[2:] < 0).all() and prof.workers_for[1] >= 0
-                                       and len(prof.workers_for) > 2)
+        if reason and self.revise and step == 1 and start < end and constant and spec.model != MODEL_KEY:
             goal = (1.0 - MAX_VICTIM_LOSS) * terms.fastest_utility
-            moved = self._displace(job, snap, start, end, fastest, goal, plan_in, consts, wd, pd_) if rigid_or_sized else None
+            # its best schedule, not deferred: it takes the room the moved commitments give it
+            moved = self._displace(job, snap, start, end, fastest, goal, lambda m: plan_in(m, 1.0), consts, wd, pd_)
             if moved is not None:
                 sched, record["displaced"] = moved
                 record.update(payoff=sched.payoff, utility=sched.utility, cost=sched.cost)
