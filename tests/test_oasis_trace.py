@@ -198,3 +198,15 @@ def test_revision_moves_a_long_commitment_for_a_short_arrival(revise: bool):
     assert rows.loc["short", "end"] - 3600.0 == pytest.approx(1800.0)  # from the next slot, at once
     assert rows.loc["long", "end"] == pytest.approx(36000.0 + 1800.0)  # three slots later
     assert not _late(pol, rows, list(admitted.values()), 600.0)
+
+
+def test_a_job_after_a_fixed_horizon_is_turned_away_with_the_reason():
+    """With `rolling=False` a job arriving after slot T has no window at all: turned away with
+    that reason (revision has nothing to plan in)."""
+    cluster = Cluster.homogeneous("c", nodes=1, gpus=4, cpus=32, mem=128)
+    jobs, _ = with_default_utilities([JobSpec("early", 0.0, iterations=100.0, duration=100.0, work_known=True),
+                                      JobSpec("late", 1000.0, iterations=100.0, duration=100.0, work_known=True)])
+    pol = OASiS(slot_seconds=100.0, horizon=3, rolling=False)
+    rows = simulate(jobs, cluster, pol, DurationOnly(), SimConfig(restart_overhead=0)).jobs.set_index("job_id")
+    assert rows.loc["early", "status"] == "done" and rows.loc["late", "status"] == "rejected"
+    assert "after the horizon" in rows.loc["late", "reason"]

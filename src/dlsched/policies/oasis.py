@@ -45,7 +45,8 @@ Revision (`revise`, ours; the paper never revises a commitment): an arrival OASi
 away may move later the commitments of admitted constant-size jobs that lose least by ending later,
 if each fits again and the arrival gains more than they lose (`_displace`). Why: on ITP traces at
 load 0.8 bursts of short jobs were turned away while long jobs, whose utility barely moves over
-their slack, held the near slots (0.83x DRF's utility on all 3,011 raw rigid jobs; 1.03x with it).
+their slack, held the near slots (0.83x DRF's utility on all 3,011 raw rigid jobs at load 0.8;
+1.03x with it).
 
 Execution drift. With restart pauses, or a trace job whose real speed differs, a job can have work
 left when its plan ends; it then keeps its last allocation while that still fits in the room no
@@ -427,7 +428,7 @@ class OASiS(Policy):
                 )
             else:
                 reason = ""
-        if reason and self.revise and step == 1 and start < end and constant and spec.model != MODEL_KEY:
+        if reason and self.revise and start < end and step == 1 and constant and spec.model != MODEL_KEY:
             goal = (1.0 - MAX_VICTIM_LOSS) * terms.fastest_utility
             # its best schedule, not deferred: it takes the room the moved commitments give it
             moved = self._displace(job, snap, start, end, fastest, goal, lambda m: plan_in(m, 1.0), consts, wd, pd_)
