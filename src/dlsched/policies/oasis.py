@@ -465,8 +465,8 @@ class OASiS(Policy):
         the arrival's planned utility exceeds what the victims' planned completions lose;
         otherwise the table and the plans are restored exactly.
         """
-        victims = self._victims(start, fastest, snap)
         live = {j.job_id: j for j in snap.running + snap.pending}
+        victims = self._victims(start, fastest, live)
         for _ in range(DISPLACE_TRIES):
             if not victims:
                 return None
@@ -514,14 +514,14 @@ class OASiS(Policy):
             return None, [], None  # the victims lose more than the arrival gains
         return None, [], None
 
-    def _victims(self, start: int, fastest: int, snap: Snapshot) -> list[str]:
+    def _victims(self, start: int, fastest: int, live: dict[str, JobState]) -> list[str]:
         """Admitted jobs with a constant-size plan and a commitment within the arrival's target
         (2x its fastest slots from `start`) that would lose less than MAX_VICTIM_LOSS of their
         planned utility by ending `fastest` slots later: the smallest such share first (then the
         most GPUs: one victim frees more), at most MAX_VICTIMS."""
         near = start + 2 * fastest
         out = []
-        for job in snap.running + snap.pending:
+        for job in live.values():
             keys = self.starts.get(job.job_id)
             if not keys or job.job_id not in self.demands or job.spec.model == MODEL_KEY:
                 continue
