@@ -9,7 +9,8 @@ Users give a deadline, not a size. Each call runs the phases
   starts, when the answer costs nothing spent and the user can still act on it; a job that has
   run is deprioritised, never thrown away with its progress;
 - ordering is earliest deadline first among the jobs that can still make it, then jobs without
-  a deadline, then late jobs;
+  a deadline (arrival order), then late jobs, shortest predicted remaining time first (ours:
+  their deadlines are lost whatever the order; `late_order="deadline"` keeps EDF there);
 - sizing starts deadline-only jobs at a predicted size, grows running jobs predicted to miss to
   the smallest size predicted to meet the deadline (restart-based, the n_new rule, vertical PS
   scaling; not at all when no size would);
@@ -59,6 +60,8 @@ from dlsched.policies.phases.sizing import ps_for
 
 
 _VERSION, _RATE = attrgetter("version"), attrgetter("rate")
+#: How `qos` orders jobs that can no longer make their deadline (`late_order`).
+LATE_ORDERS = ("shortest", "deadline")
 
 
 class QuietTicks(Wrapper):
@@ -184,6 +187,7 @@ def qos(
     placement: str = "pack",
     interval: float | None = 60.0,
     preempt: str = "minimal",
+    late_order: str = "shortest",
 ) -> Policy:
     """The QoS deadline framework: EDF with deadline feasibility, autoscaling, packed placement.
 
@@ -194,7 +198,9 @@ def qos(
     warm-up before a job is predicted (a job's extra["min_predict_steps"] wins). `theta`: the
     prototype's per-step-time divisor. `interval`: seconds between re-predictions. `placement`:
     a placement phase's name. `preempt`: "minimal" (lower-ranked running jobs may be stopped for a
-    job that does not fit) or "none" (the prototype: never).
+    job that does not fit) or "none" (the prototype: never). `late_order`: jobs that can no longer
+    make their deadline go "shortest" predicted remaining time first (ours) or by "deadline"
+    (EDF, as before; docs/QOS.md).
     """
     if infeasible not in MODES:
         raise ConfigError(f"qos: infeasible must be one of {', '.join(MODES)}, got {infeasible!r}")
@@ -202,6 +208,8 @@ def qos(
         raise ConfigError(f"qos: interval must be > 0 seconds, got {interval}")
     if preempt not in ("minimal", "none"):
         raise ConfigError(f"qos: preempt must be 'minimal' or 'none', got {preempt!r}")
+    if late_order not in LATE_ORDERS:
+        raise ConfigError(f"qos: late_order must be one of {', '.join(LATE_ORDERS)}, got {late_order!r}")
     if min_predict_steps < 1:
         raise ConfigError(f"qos: min_predict_steps must be >= 1, got {min_predict_steps}")
     if not theta > 0:
@@ -210,7 +218,8 @@ def qos(
     admission = DeadlineFeasibility(finish, mode=infeasible)
     # without autoscaling the sizing phase still predicts (for the error report) but never grows
     sizing = Autoscaler(finish, c=c, initial=initial if autoscale else "default", scale=autoscale)
-    ordering = EarliestDeadline(late=lambda: admission.late, deadlines=finish.deadlines)
+    ordering = EarliestDeadline(late=lambda: admission.late, deadlines=finish.deadlines,
+                                finish=finish if late_order == "shortest" else None)
     return _compose(admission, ordering, sizing, placement,
                     "qos" if autoscale else "qos-noscale", interval, preempt)
 
