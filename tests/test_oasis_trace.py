@@ -200,6 +200,27 @@ def test_revision_moves_a_long_commitment_for_a_short_arrival(revise: bool):
     assert not _late(pol, rows, list(admitted.values()), 600.0)
 
 
+@pytest.mark.parametrize("horizon", [62, 63])
+def test_revision_never_moves_a_commitment_past_a_fixed_horizon(horizon: int):
+    """With `rolling=False` every plan ends by slot T, a moved one too: the long job of the test
+    above, moved 3 slots later, would end at slot 63, so with T = 62 it is not moved and the short
+    job is turned away; with T = 63 the move fits."""
+    cluster = Cluster.homogeneous("c", nodes=1, gpus=8, cpus=64, mem=256)
+    jobs = [JobSpec("long", 0.0, iterations=36000.0, duration=36000.0, num_workers=8, work_known=True),
+            JobSpec("short", 3600.0, iterations=1800.0, duration=1800.0, num_workers=2, work_known=True)]
+    jobs, _ = with_default_utilities(jobs)
+    pol = OASiS(slot_seconds=600.0, horizon=horizon, rolling=False, defer=1.0)
+    rows = simulate(jobs, cluster, pol, DurationOnly(), SimConfig(restart_overhead=0)).jobs.set_index("job_id")
+    admitted = {d["job_id"]: d for d in pol.decisions if d["admitted"]}
+    if horizon == 62:
+        assert set(admitted) == {"long"} and "moved" not in admitted["long"]
+        assert rows.loc["short", "status"] == "rejected" and rows.loc["long", "end"] == pytest.approx(36000.0)
+    else:
+        assert set(admitted) == {"long", "short"} and admitted["long"]["moved"] == 1
+        assert rows.loc["long", "end"] == pytest.approx(horizon * 600.0)
+    assert all(d["completion_slot"] < horizon for d in admitted.values())
+
+
 def test_a_job_after_a_fixed_horizon_is_turned_away_with_the_reason():
     """With `rolling=False` a job arriving after slot T has no window at all: turned away with
     that reason (revision has nothing to plan in)."""

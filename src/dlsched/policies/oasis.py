@@ -570,8 +570,14 @@ class OASiS(Policy):
         spec = job.spec
         f = job_utility(spec)
         wd, pd_ = self.demands[spec.job_id]
-        utilities = self._utilities(f, spec, start, self.horizon)
-        end = start + self._useful_slots(utilities, f(0.0))
+        if self.rolling:
+            utilities = self._utilities(f, spec, start, self.horizon)
+            end = start + self._useful_slots(utilities, f(0.0))
+        else:  # a fixed T: as `_decide`, the window ends at slot T, and nothing is planned past it
+            end = self.horizon
+            if end <= start:
+                return None
+            utilities = self._utilities(f, spec, start, end - start)
         if end - start > MAX_PLAN_SLOTS:  # a window planned in blocks: not moved (its blocks are whole)
             return None
         m = self._market(spec, start, end, consts, wd, pd_)
