@@ -70,6 +70,41 @@ def test_edf_order_puts_late_jobs_last():
     assert [j.job_id for j in late.order(snap, states)] == ["j2", "j0", "j1"]
 
 
+class _Left:
+    """A stand-in for `EarliestFinish`: each job's predicted seconds left (None: unknown)."""
+
+    def __init__(self, left):
+        self.left = left
+
+    def at(self, snap, job, workers):
+        t = self.left[job.job_id]
+        return None if t is None else snap.now + t
+
+
+def test_late_jobs_go_shortest_predicted_first_unknown_as_the_median():
+    clock = Clock(0.0)
+    specs = [qos_job(f"j{i}", 0.0, d) for i, d in enumerate([1500.0, 700.0, 1000.0, 2000.0])]
+    states = [JobState(spec=s, index=i, clock=clock, rank=i, status=JobStatus.PENDING) for i, s in enumerate(specs)]
+    snap = Snapshot(now=0.0, cluster=qos_cluster(2), free=qos_cluster(2).capacity, pending=states, running=[],
+                    restart_overhead=10.0)
+    late = {"j0": "late", "j1": "late", "j2": "late"}
+    left = _Left({"j0": 500.0, "j1": 900.0, "j2": None, "j3": 50.0})
+    # j3 can still make its deadline: first; late ones by time left, j2 unknown = median (700)
+    ordered = EarliestDeadline(late=lambda: late, finish=left).order(snap, states)
+    assert [j.job_id for j in ordered] == ["j3", "j0", "j2", "j1"]
+    # without a prediction for any late job, or without `finish`: deadline order among them
+    unknown = _Left({"j0": None, "j1": None, "j2": None, "j3": 50.0})
+    assert [j.job_id for j in EarliestDeadline(late=lambda: late, finish=unknown).order(snap, states)] == ["j3", "j1", "j2", "j0"]
+    assert [j.job_id for j in EarliestDeadline(late=lambda: late).order(snap, states)] == ["j3", "j1", "j2", "j0"]
+
+
+def test_qos_orders_late_jobs_by_predicted_time_unless_told_deadline():
+    assert qos().ordering.finish is not None
+    assert qos(late_order="deadline").ordering.finish is None
+    with pytest.raises(ConfigError, match="late_order"):
+        make_policy("qos", late_order="random")
+
+
 def test_deadline_only_jobs_get_sized_and_meet_deadlines_when_resources_suffice():
     w = qos_workload(12, mean_interarrival=150.0, seed=3)
     res = simulate(w.jobs, qos_cluster(60), qos(), TP, SimConfig(restart_overhead=10.0))
