@@ -3,6 +3,7 @@ jobs sized by the framework, and it being observable-only (not an oracle)."""
 
 from __future__ import annotations
 
+import dataclasses
 
 import pytest
 
@@ -96,6 +97,21 @@ def test_late_jobs_go_shortest_predicted_first_unknown_as_the_median():
     unknown = _Left({"j0": None, "j1": None, "j2": None, "j3": 50.0})
     assert [j.job_id for j in EarliestDeadline(late=lambda: late, finish=unknown).order(snap, states)] == ["j3", "j1", "j2", "j0"]
     assert [j.job_id for j in EarliestDeadline(late=lambda: late).order(snap, states)] == ["j3", "j1", "j2", "j0"]
+
+
+@pytest.mark.parametrize("late_order", ["shortest", "deadline"])
+def test_two_late_jobs_on_room_for_one_run_shortest_predicted_first(late_order: str):
+    """Two jobs that cannot make their deadlines (kept, `deprioritise`) arrive together where only
+    one fits: by predicted remaining time the one with a tenth of the work runs first (the type's
+    speed measured on an earlier job); by deadline the long one, whose deadline is earlier."""
+    first = qos_job("first", 0.0, 1800.0, "lstm")
+    long_ = qos_job("long", 20000.0, 1.0, "lstm")
+    short = dataclasses.replace(qos_job("short", 20000.0, 2.0, "lstm"), iterations=long_.iterations / 10)
+    res = simulate([first, long_, short], qos_cluster(1, cpus=4.0), qos(infeasible="deprioritise", late_order=late_order), TP)
+    rows = res.jobs.set_index("job_id")
+    assert (rows.status == "done").all() and not rows.loc[["long", "short"], "deadline_met"].any()
+    ahead, behind = ("short", "long") if late_order == "shortest" else ("long", "short")
+    assert rows.loc[ahead, "start"] == 20000.0 and rows.loc[behind, "start"] >= rows.loc[ahead, "end"]
 
 
 def test_qos_orders_late_jobs_by_predicted_time_unless_told_deadline():

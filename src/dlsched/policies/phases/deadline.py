@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
+from functools import partial
 from operator import attrgetter
 from typing import Callable
 
@@ -329,9 +330,10 @@ class EarliestDeadline:
         late = self.late() if self.late is not None else {}
         if not late and self.deadlines is not None and self.deadlines.none():
             return sorted(jobs, key=_RANK)  # every key is (1, 0.0, rank)
+        if not late or self.finish is None:
+            return sorted(jobs, key=partial(_edf_key, late))
         keys = {j.job_id: _edf_key(late, j) for j in jobs}
-        if late and self.finish is not None:
-            keys.update(self._late_keys(snap, [j for j in jobs if j.job_id in late]))
+        keys.update(self._late_keys(snap, [j for j in jobs if j.job_id in late]))
         return sorted(jobs, key=lambda j: keys[j.job_id])
 
     def _late_keys(self, snap: Snapshot, jobs: list[JobState]) -> dict[str, tuple]:
