@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -116,3 +117,15 @@ def test_autoscaler_never_exceeds_max_workers_or_capacity(nodes, jobs, kube):
     res = simulate(specs, qos_cluster(nodes), pol, TP)
     assert len(res.jobs) == len(specs)
     assert set(res.jobs.status) <= {"done", "rejected"}
+
+
+def test_times_without_measured_reads_the_speed_model_for_a_running_job_too():
+    """`times(measured=False)` (how qos ranks late jobs): a running job at its own size is timed by
+    its type's speed model like a waiting one, so its rate slowing after the model learnt it
+    (e.g. a noisy neighbour) does not reorder it against waiting jobs timed by the model."""
+    js, snap = _running(rate=5.0, done=1000.0, now=300.0, deadline_in=700.0)
+    finish = _scaler(snap).finish  # its speed model has learnt 5 it/s at 1 worker
+    js.rate = 2.5  # measured now
+    left_modelled = finish.times(snap, js, measured=False)(1) - snap.now
+    left_measured = finish.at(snap, js, 1) - snap.now  # the measured rate still wins where admission asks
+    assert left_modelled > 0 and left_measured == pytest.approx(2.0 * left_modelled)

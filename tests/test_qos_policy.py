@@ -77,9 +77,9 @@ class _Left:
     def __init__(self, left):
         self.left = left
 
-    def at(self, snap, job, workers):
+    def times(self, snap, job, optimistic=False, measured=True):
         t = self.left[job.job_id]
-        return None if t is None else snap.now + t
+        return lambda workers: None if t is None else snap.now + t
 
 
 def test_late_jobs_go_shortest_predicted_first_unknown_as_the_median():
