@@ -56,7 +56,7 @@ from dlsched.policies.phases.deadline import (
 from dlsched.policies.phases.ordering import ByArrival
 from dlsched.policies.phases.placement import PLACEMENTS
 from dlsched.policies.phases.realise import ShrinkRule
-from dlsched.policies.phases.sizing import ps_for
+from dlsched.policies.phases.sizing import ps_for, requested_workers
 
 
 _VERSION, _RATE = attrgetter("version"), attrgetter("rate")
@@ -160,7 +160,7 @@ class PlainLine(Wrapper):
 
 def _can_shrink(spec: JobSpec, shrink: ShrinkRule) -> bool:
     """Could the realiser offer the job smaller than its requested size? (its size without a deadline)"""
-    w = max(spec.min_workers, min(spec.num_workers, spec.max_workers))
+    w = requested_workers(spec)
     return next(iter(shrink(spec, w, ps_for(spec, w))), None) is not None
 
 

@@ -31,7 +31,7 @@ from dlsched.core.job import JobSpec
 from dlsched.core.snapshot import JobState, JobStatus, Snapshot
 from dlsched.estimators.completion_predictor import CompletionPredictor
 from dlsched.estimators.speed_model import SpeedPool
-from dlsched.policies.phases.sizing import ps_for
+from dlsched.policies.phases.sizing import ps_for, requested_workers
 
 MODES = ("reject", "deprioritise")
 _RANK = attrgetter("rank")
@@ -353,8 +353,7 @@ class EarliestDeadline:
         type's speed model's, a running job's too: with its measured rate instead, a running job
         and a waiting one of similar length swapped places each time the one started ran slower
         than the model had said (on 195job one late job was stopped 84 times)."""
-        spec = job.spec
-        w = job.num_workers if job.status is JobStatus.RUNNING else max(spec.min_workers, min(spec.num_workers, spec.max_workers))
+        w = job.num_workers if job.status is JobStatus.RUNNING else requested_workers(job.spec)
         t = self.finish.times(snap, job, measured=False)(w)  # type: ignore[union-attr]
         return None if t is None else t - snap.now
 

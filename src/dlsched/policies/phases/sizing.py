@@ -30,6 +30,13 @@ class Requested:
         return [(j, *self.size_one(snap, j)) for j in jobs]
 
 
+def requested_workers(spec: JobSpec) -> int:
+    """The job's requested worker count within its own [min_workers, max_workers]: the size a
+    waiting job starts at when nothing sizes it otherwise (the QoS autoscaler without a deadline
+    to size for, or for a job that misses at every size)."""
+    return max(spec.min_workers, min(spec.num_workers, spec.max_workers))
+
+
 def ps_for(spec: JobSpec, workers: int, ps: int | None = None, per_worker: bool = False) -> int:
     """The one rule for how many parameter servers go with `workers` workers.
 
