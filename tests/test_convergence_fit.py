@@ -117,6 +117,31 @@ def test_array_input_and_chunked_batches_are_the_pair_fits_bit_for_bit():
             assert (b.b0, b.b1, b.b2, b.total, b.low, b.high) == (a.b0, a.b1, a.b2, a.total, a.low, a.high)
 
 
+def test_a_refit_from_the_previous_fit_is_the_whole_grids_fit_bit_for_bit():
+    """A refit evaluates only the coarse points around where the job's last fit says the best one
+    is (`previous`); the result must be the whole grid's, also when that hint is far off (the
+    window's best point is then at its edge, and the whole grid is searched)."""
+    curves = [(10 ** -(3 + i % 3), 0.5 + i % 3, 0.04 * (i % 5), 0.01 * (i % 4)) for i in range(30)]
+    rows, previous = [], []
+    for i, (b0, b1, b2, noise) in enumerate(curves):
+        total = (1.0 / cf.EPSILON - b1) / b0
+        early, now = (_samples(b0, b1, b2, frac * total, noise=noise, seed=i) for frac in (0.2, 0.2 * 1.25 ** (1 + i % 4)))
+        rows.append((np.array([k for k, _ in now]), np.array([v for _, v in now])))
+        previous.append(fit_convergence(early))
+    assert sum(p is not None for p in previous) >= 20
+    wrong = previous[:]  # hints far from the truth: r a million times too large or too small
+    for i, p in enumerate(wrong):
+        if p is not None:
+            wrong[i] = cf.ConvergenceFit(p.b0 * 10.0 ** (6 if i % 2 else -6), p.b1, p.b2, p.total, p.samples, p._basis)
+    plain = cf.fit_arrays(rows)
+    for hints in (previous, wrong):
+        got = cf.fit_arrays(rows, previous=hints)
+        assert [f is None for f in got] == [f is None for f in plain]
+        for g, a in zip(got, plain):
+            if a is not None:
+                assert (g.b0, g.b1, g.b2, g.total) == (a.b0, a.b1, a.b2, a.total)
+
+
 def test_the_coarse_grid_without_the_derivative_is_the_same_profile():
     sets = [_samples(10 ** -(3 + i % 3), 1.0, 0.05 * (i % 4), 10 ** (3 + i % 4), noise=0.01 * (i % 3), seed=i)
             for i in range(8)]

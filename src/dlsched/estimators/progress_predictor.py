@@ -187,13 +187,15 @@ class RemainingWork:
     def prefit(self, jobs: Sequence[JobState], dones: Sequence[float] | None = None) -> None:
         """Fit every job that is due in one batched call (`fit_arrays`): the same fits `fit` would
         make one at a time, at a fraction of the cost when a slot refits many running jobs (the
-        loss log as arrays). `dones`: the jobs' progress, if the caller has read it."""
+        loss log as arrays; a refit starts from the job's last fit). `dones`: the jobs' progress, if the caller has read it."""
         if dones is None:
             dones = [job.progress for job in jobs]
         due = [(job, done) for job, done in zip(jobs, dones) if self._due(job, done)]
         if not due:
             return
-        for (job, done), fit in zip(due, fit_arrays(observed_loss_arrays([job for job, _ in due], LOSS_SAMPLES))):
+        rows = observed_loss_arrays([job for job, _ in due], LOSS_SAMPLES)
+        previous = [self._fits.get(job.job_id, (0.0, None))[1] for job, _ in due]
+        for (job, done), fit in zip(due, fit_arrays(rows, previous=previous)):
             self._fits[job.job_id] = (done, fit)
 
     def estimate(self, job: JobState) -> Estimate:
