@@ -241,3 +241,50 @@ def test_slot_ticks_advance_when_float_rounding_lands_on_the_tick():
     r = simulate(jobs, Cluster.homogeneous("c", 1, 4, 16, 64), pol, DurationOnly())
     assert r.summary["finished"] == 2
     assert len(calls) == len(set(calls))  # never asked twice at one instant
+
+
+def test_the_minimum_sizes_kept_from_arrivals_answer_as_a_scan_of_the_queue(small_cluster, monkeypatch):
+    # every arrival and completion asks whether a waiting job's minimum fits in what is free; the
+    # answer comes from the few minimum sizes of the jobs in the system (kept from the snapshots'
+    # arrivals and completions) and must be the scan of the queue's own jobs, yes and no
+    import dlsched.policies.optimus as opt
+
+    answers = []
+    real = opt._MinimumNeeds.any_fits
+
+    def any_fits(self, jobs, free):
+        got = real(self, jobs, free)
+        budget = free.sum(axis=0).tolist()
+        scan = any(opt._fits([js.spec.min_workers * a + js.spec.min_ps * b
+                              for a, b in zip(js.spec.worker_demand, js.spec.ps_demand)], budget) for js in jobs)
+        assert got == scan
+        assert len(self.of) == sum(self.kinds.values())
+        answers.append(got)
+        return got
+
+    monkeypatch.setattr(opt._MinimumNeeds, "any_fits", any_fits)
+    rng = np.random.default_rng(3)
+    jobs = [rigid_job(i, 20.0 * i, float(rng.uniform(300, 9000)), gpus=int(rng.choice([1, 2, 4, 8, 16])))
+            for i in range(60)]
+    r = simulate(jobs, small_cluster, optimus(), DurationOnly(), SimConfig())
+    assert r.summary["finished"] == len(jobs)
+    assert True in answers and False in answers
+
+
+def test_the_minimum_sizes_are_rebuilt_for_a_policy_first_asked_mid_run(small_cluster):
+    # a policy asked for the first time with jobs already waiting (none of them among `arrived`)
+    # must still see their minimum sizes
+    from types import SimpleNamespace
+
+    from dlsched.core.snapshot import Clock, JobState
+    import dlsched.policies.optimus as opt
+
+    waiting = [JobState(rigid_job(i, 0.0, 100.0, gpus=g), i, Clock()) for i, g in enumerate((16, 2))]
+    snap = SimpleNamespace(finished=(), arrived=(), pending=waiting, running=[], num_pending=2, num_running=0)
+    needs = opt._MinimumNeeds()
+    needs.update(snap)
+    free = np.array(small_cluster.capacity, dtype=float)
+    free[:, 0] = [1.0, 1.0, 0.0, 0.0]  # 2 GPUs free: the 2-GPU job's minimum fits, the 16-GPU one's not
+    assert needs.any_fits(waiting, free) and not needs.any_fits(waiting[:1], free)
+    free[:, 0] = 0.0
+    assert not needs.any_fits(waiting, free)

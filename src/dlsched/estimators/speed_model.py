@@ -237,7 +237,9 @@ class SpeedPool:
     `observe(job)` merges the job's `observed_rates` ((nodes, workers, ps) → rate); the same
     size measured on different node counts or by different jobs is averaged, as Optimus does.
     Sums are kept incrementally, so a type measured by thousands of jobs (a trace's rigid
-    1-GPU jobs) costs O(sizes), not O(jobs), per refit.
+    1-GPU jobs) costs O(sizes), not O(jobs), per refit. A measurement that leaves every mean as
+    it was (a duration-only job runs at 1 iteration/s at its size: every one of them) keeps the
+    fitted model, so the policies' estimates made from it stay valid too.
     """
 
     def __init__(self, alpha: float = 0.8, beta: float = 0.5, sized: bool = False):
@@ -262,6 +264,7 @@ class SpeedPool:
             if old == rate:
                 continue
             acc = sums.setdefault((p, w), [0.0, 0])
+            mean = acc[0] / acc[1] if acc[1] > 0 else None
             if old is not None and old > 0:
                 acc[0] -= old
                 acc[1] -= 1
@@ -269,7 +272,8 @@ class SpeedPool:
                 acc[0] += rate
                 acc[1] += 1
             raw[k] = rate
-            self._models.pop(key, None)
+            if (acc[0] / acc[1] if acc[1] > 0 else None) != mean:  # else `points` and the fit are unchanged
+                self._models.pop(key, None)
 
     def points(self, spec: JobSpec) -> dict[Size, float]:
         """Mean measured iterations/s per (ps, workers) for the job's type (zero rates dropped)."""
@@ -277,7 +281,7 @@ class SpeedPool:
         return {s: total / n for s, (total, n) in sums.items() if n > 0}
 
     def current(self, key: tuple) -> SpeedModel | None:
-        """The type's model as last built by `model`, or None if new points arrived since: a
+        """The type's model as last built by `model`, or None if its points changed since: a
         caller that kept a model may tell whether it still holds without building anything."""
         return self._models.get(key)
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import operator
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -74,7 +73,7 @@ class Optimus(Policy):
         self.estimates = Estimates()
         self._moved: list[JobState] = []  # jobs the last plan started or resized: new speed points
         self._seq = 0  # heap tie-breaker
-        self._min_need: dict[JobSpec, tuple[float, ...]] = {}  # `_minimum_need` of the jobs in the system
+        self._needs = _MinimumNeeds()
 
     @property
     def speeds(self) -> SpeedPool:
@@ -83,15 +82,14 @@ class Optimus(Policy):
 
     # ------------------------------------------------------------------ the call
     def schedule(self, snap: Snapshot) -> Plan:
-        for js in snap.finished:
-            self._min_need.pop(js.spec, None)
+        self._needs.update(snap)
         full = self.slot is None or bool({"tick", "wake"} & set(snap.events))
         self.estimates.forget(snap.finished)
         if snap.oracle is None:
             self.estimates.observe(snap, self._moved)
         jobs, free = (snap.running + snap.pending, snap.cluster.capacity) if full else (snap.pending, snap.free)
         settled = (not snap.pending and not any(js.spec.elastic for js in snap.running)) if full \
-            else not _any_minimum_fits(jobs, free, self._min_need)
+            else not self._needs.any_fits(jobs, free)
         if settled:  # nothing this call could change: every running job keeps its size and nodes
             self._moved = []
             return Plan(keep_running=True)
@@ -231,31 +229,59 @@ def _optimus_shrink(spec: JobSpec, w: int, p: int) -> Iterator[tuple[int, int]]:
         yield w, p
 
 
-def _any_minimum_fits(jobs: list[JobState], free: np.ndarray, needs: dict[JobSpec, tuple[float, ...]]) -> bool:
-    """Whether any job's minimum size fits in `free` counted at cluster level (the base pass).
+class _MinimumNeeds:
+    """The resources of each job's minimum size (as `Cand.need`), for the jobs in the system, and
+    how many jobs have each: every arrival and completion asks whether any waiting job's minimum
+    fits in what is free (counted at cluster level, as the base pass does). A trace has a handful
+    of minimum sizes, so when none of those fits, the answer is no without reading the queue.
 
-    Asked on every arrival and completion with every waiting job: the jobs' minimum needs are
-    collected as a set first (C loops), and only the few distinct ones (a trace has a handful of
-    sizes) are compared with what is free."""
-    budget = free.sum(axis=0).tolist()
-    specs = list(map(_SPEC, jobs))
-    kinds = set(map(needs.get, specs))
-    if None in kinds:  # jobs new to the dict
-        kinds.discard(None)
-        kinds.update(_minimum_need(spec, needs) for spec in specs if spec not in needs)
-    return any(_fits(need, budget) for need in kinds)
+    Kept from the snapshots' `arrived` and `finished`; when the count of jobs it knows differs
+    from the snapshot's (a policy asked for the first time mid-run), it is rebuilt from the jobs.
+    """
 
+    def __init__(self) -> None:
+        self.of: dict[JobSpec, tuple[float, ...]] = {}  # specs hash by identity
+        self.kinds: dict[tuple[float, ...], int] = {}
 
-_SPEC = operator.attrgetter("spec")
+    def update(self, snap: Snapshot) -> None:
+        for js in snap.finished:
+            need = self.of.pop(js.spec, None)
+            if need is not None:
+                self._count(need, -1)
+        for js in snap.arrived:
+            self._add(js.spec)
+        if len(self.of) != snap.num_pending + snap.num_running:
+            self.of, self.kinds = {}, {}
+            for js in snap.running + snap.pending:
+                self._add(js.spec)
 
+    def _add(self, spec: JobSpec) -> tuple[float, ...]:
+        need = self.of.get(spec)
+        if need is None:
+            need = self.of[spec] = tuple(spec.min_workers * a + spec.min_ps * b
+                                         for a, b in zip(spec.worker_demand, spec.ps_demand))
+            self._count(need, 1)
+        return need
 
-def _minimum_need(spec: JobSpec, needs: dict[JobSpec, tuple[float, ...]]) -> tuple[float, ...]:
-    """Resources of the job's minimum size (as `Cand.need`), kept in `needs` (specs hash by
-    identity): every call asks it of every waiting job."""
-    need = needs.get(spec)
-    if need is None:
-        need = needs[spec] = tuple(spec.min_workers * a + spec.min_ps * b for a, b in zip(spec.worker_demand, spec.ps_demand))
-    return need
+    def _count(self, need: tuple[float, ...], step: int) -> None:
+        n = self.kinds.get(need, 0) + step
+        if n:
+            self.kinds[need] = n
+        else:
+            del self.kinds[need]
+
+    def any_fits(self, jobs: list[JobState], free: np.ndarray) -> bool:
+        """Whether any of `jobs` (waiting) has a minimum that fits in `free` at cluster level."""
+        budget = free.sum(axis=0).tolist()
+        fitting = {need for need in self.kinds if _fits(need, budget)}
+        if not fitting:  # no job in the system has a minimum that fits
+            return False
+        of = self.of
+        for js in jobs:
+            need = of.get(js.spec)
+            if need in fitting or (need is None and _fits(self._add(js.spec), budget)):
+                return True
+        return False
 
 
 def _keeps_sizes(snap: Snapshot, sized: list[Cand]) -> bool:
@@ -295,8 +321,12 @@ def _resize_pays(c: Cand, horizon: float, restart: float) -> bool:
 
 def _dominant_share(cluster: Cluster) -> list[float]:
     """Per-resource weight 1/total capacity (0 for a resource the cluster has none of): a task's
-    dominant share is the largest of its demands times these."""
-    return [1.0 / t if t > 0 else 0.0 for t in cluster.total.tolist()]
+    dominant share is the largest of its demands times these. Memoised on the cluster (its
+    capacity is read-only): asked on every call."""
+    share = cluster.memo.get("optimus_share")
+    if share is None:
+        share = cluster.memo["optimus_share"] = [1.0 / t if t > 0 else 0.0 for t in cluster.total.tolist()]
+    return share
 
 
 def _fits(need: Sequence[float], left: list[float]) -> bool:

@@ -185,18 +185,20 @@ class Estimates:
 
 def rank(cands: list[Cand], order: str) -> None:
     """Fill unknown remaining work with the median, then order the base pass (in place)."""
-    known = [c.q for c in cands if math.isfinite(c.q)]
-    fill = float(statistics.median(known)) if known else 1.0  # np.median's value, less overhead
-    for c in cands:
-        if not math.isfinite(c.q):
-            c.q = fill
+    if not all(math.isfinite(c.q) for c in cands):  # the medians only where one is read
+        known = [c.q for c in cands if math.isfinite(c.q)]
+        fill = float(statistics.median(known)) if known else 1.0  # np.median's value, less overhead
+        for c in cands:
+            if not math.isfinite(c.q):
+                c.q = fill
     if order == "arrival":
         keys = [0.0] * len(cands)
     else:
-        times = [time_to(c.q, c.f_min()) for c in cands]
-        finite = [t for t in times if t is not None]
-        mid = float(statistics.median(finite)) if finite else 0.0
-        keys = [mid if t is None else t for t in times]
+        keys = [time_to(c.q, c.f_min()) for c in cands]
+        if None in keys:
+            finite = [t for t in keys if t is not None]
+            mid = float(statistics.median(finite)) if finite else 0.0
+            keys = [mid if t is None else t for t in keys]
     # (key, submit time, index) is unique per job (index), so sorting the tuples is the order
     ranked = sorted([(k, c.tie, c) for k, c in zip(keys, cands)], key=_RANK_KEY)
     cands[:] = [t[2] for t in ranked]
