@@ -28,6 +28,8 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from sortedcontainers import SortedList
+
 from dlsched.core.snapshot import JobState, JobStatus, Snapshot, observed_loss_arrays
 from dlsched.estimators.convergence_fit import ConvergenceFit, fit_arrays, fit_convergence
 from dlsched.estimators.speed_model import profile_key
@@ -77,7 +79,7 @@ def combine(job: JobState, fit: ConvergenceFit | None, history: Sequence[float] 
         return Estimate(rem, rem, rem, "known")
     if fit is not None:
         return _from_fit(fit, done)
-    i = bisect.bisect_right(history, done)
+    i = _bisect_right(history, done)
     n = len(history) - i
     if n > 0:
         return Estimate(_median_above(history, i) - done, history[i] - done, history[-1] - done, "history")
@@ -97,10 +99,16 @@ def _remaining(job: JobState, done: float, fit: ConvergenceFit | None, history: 
         return max(job.declared_work - done, 0.0)
     if fit is not None:
         return max(fit.total - done, MIN_REMAINING_FRACTION * done)
-    i = bisect.bisect_right(history, done)
+    i = _bisect_right(history, done)
     if i < len(history):
         return _median_above(history, i) - done
     return done if done > 0 else math.inf
+
+
+def _bisect_right(history: Sequence[float], x: float) -> int:
+    """`bisect.bisect_right` of a sorted list, or a `SortedList`'s own (O(log n) without indexing
+    it element by element)."""
+    return history.bisect_right(x) if isinstance(history, SortedList) else bisect.bisect_right(history, x)
 
 
 def _median_above(history: Sequence[float], i: int) -> float:
@@ -133,26 +141,31 @@ class RemainingWork:
         self.sized = sized  # history by `profile_key(spec, sized)`
         self._fits: dict[str, tuple[float, ConvergenceFit | None]] = {}
         self._seen: dict[str, JobState] = {}
-        self._history: dict[tuple, list[float]] = {}
+        # finished totals per type, sorted: a `SortedList` (an insertion is O(log n); into a plain
+        # list it moves every larger entry, and a trace's common type has tens of thousands)
+        self._history: dict[tuple, SortedList] = {}
 
     def observe(self, jobs: list[JobState]) -> None:
         for job in jobs:
             self._seen[job.job_id] = job
         for jid, job in list(self._seen.items()):
             if job.status is JobStatus.DONE:
-                bisect.insort(self._history.setdefault(profile_key(job.spec, self.sized), []), job.progress)
+                self.history_of(profile_key(job.spec, self.sized)).add(job.progress)
             if job.status in (JobStatus.DONE, JobStatus.REJECTED, JobStatus.UNFINISHED):
                 del self._seen[jid]
                 self._fits.pop(jid, None)
 
-    def history(self, job: JobState) -> list[float]:
+    def history(self, job: JobState) -> SortedList:
         """Totals of finished jobs of the job's type, sorted ascending."""
         return self.history_of(profile_key(job.spec, self.sized))
 
-    def history_of(self, key: tuple) -> list[float]:
-        """`history` by type (`profile_key`): the list itself, which later finished jobs of the type
-        grow in place, so a caller may keep it and tell by its length whether it changed."""
-        return self._history.setdefault(key, [])
+    def history_of(self, key: tuple) -> SortedList:
+        """`history` by type (`profile_key`): the sorted list itself, which later finished jobs of
+        the type grow in place, so a caller may keep it and tell by its length whether it changed."""
+        history = self._history.get(key)
+        if history is None:
+            history = self._history[key] = SortedList()
+        return history
 
     def _due(self, job: JobState, done: float) -> bool:
         """Whether the job (at progress `done`) needs a (re)fit: it has progress, no declared work,

@@ -81,7 +81,7 @@ class _Kept:
     cand: Cand
     done: float  # progress the estimate is for
     key: tuple  # the job's type (`profile_key`)
-    history: list[float]  # its type's finished totals (grows in place)
+    history: Sequence[float]  # its type's finished totals (a sorted list that grows in place)
     seen: int  # len(history) when estimated
     model: SpeedModel
 
