@@ -245,7 +245,8 @@ def _profile_near(x: np.ndarray, y: np.ndarray, wt: np.ndarray, u: np.ndarray, c
     return tuple(out)
 
 
-def _search(x: np.ndarray, y: np.ndarray, wt: np.ndarray, near: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _search(x: np.ndarray, y: np.ndarray, wt: np.ndarray,
+            near: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(log10 r, s, β2) of each row's least-squares curve: grid, finer grid, then Illinois steps on
     the derivative within the bracket, each also trying the bound's kink when it lies in the bracket.
     All rows step together; a row whose search ends early keeps its result (masks, not branches).
@@ -421,7 +422,8 @@ def _fit_group(k: np.ndarray, loss: np.ndarray, seed: int, epsilon: float,
     popt = np.stack([a, b, c], axis=1)
     b0, n = (a / k_max).tolist(), k.shape[1]
     b1, b2, tot, kmx = b.tolist(), c.tolist(), total.tolist(), k_max.tolist()
-    return [ConvergenceFit(b0[i], b1[i], b2[i], tot[i], n, (x[i], sigma, loss[i], fitted[i], popt[i], kmx[i], seed, epsilon))
+    return [ConvergenceFit(b0[i], b1[i], b2[i], tot[i], n,
+                           (x[i], sigma, loss[i], fitted[i], popt[i], kmx[i], seed, epsilon))
             if ok else None for i, ok in enumerate(good.tolist())]
 
 

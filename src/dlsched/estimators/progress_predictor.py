@@ -200,16 +200,11 @@ class RemainingWork:
     def prefit(self, jobs: Sequence[JobState], dones: Sequence[float] | None = None) -> None:
         """Fit every job that is due in one batched call (`fit_arrays`): the same fits `fit` would
         make one at a time, at a fraction of the cost when a slot refits many running jobs (the
-        loss log as arrays; a refit starts from the job's last fit). `dones`: the jobs' progress, if the caller has read it."""
+        loss log as arrays; a refit starts from the job's last fit). `dones`: the jobs' progress,
+        if the caller has read it."""
         if dones is None:
             dones = [job.progress for job in jobs]
-        fits, grown = self._fits, 1.0 + self.refit_growth
-        due = []  # `_due` written out: asked of every running job at every slot
-        for job, done in zip(jobs, dones):
-            if not (job.spec.work_known or done <= 0):
-                cached = fits.get(job.spec.job_id)
-                if cached is None or done > cached[0] * grown:
-                    due.append((job, done))
+        due = [(job, done) for job, done in zip(jobs, dones) if self._due(job, done)]
         if not due:
             return
         rows = observed_loss_arrays([job for job, _ in due], LOSS_SAMPLES)
