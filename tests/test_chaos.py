@@ -10,6 +10,7 @@ import pytest
 from tests.chaos import KINDS, ChaosConfig, run_chaos
 
 
+@pytest.mark.long
 @pytest.mark.chaos
 def test_every_job_ends_once_with_all_its_steps_under_faults(tmp_path):
     report = run_chaos(tmp_path, ChaosConfig(jobs=5, faults=8, seed=17, steps=(300, 900), timeout_s=420))

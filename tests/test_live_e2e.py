@@ -42,7 +42,7 @@ def _check_finished(svc: Service, jobs: list[dict], expected: dict[str, int]) ->
         assert sum(r.get("event") == "done" for r in recs) == 1  # trained to completion exactly once
 
 
-@pytest.mark.parametrize("policy", ["fifo", "drf"])
+@pytest.mark.parametrize("policy", ["fifo", pytest.param("drf", marks=pytest.mark.long)])
 def test_jobs_submitted_through_the_api_run_to_completion(service, policy):
     svc = service(policy).start()
     steps = {}
@@ -64,6 +64,7 @@ def test_jobs_submitted_through_the_api_run_to_completion(service, policy):
         assert all("resized" not in [e["kind"] for e in svc.events(j["id"])] for j in jobs)
 
 
+@pytest.mark.long
 def test_a_killed_worker_resumes_from_its_checkpoint(service):
     svc = service("fifo").start()
     # 1200 steps: the kill comes past step 300 and a first checkpoint, leaving ~900 steps (10 s unloaded,
@@ -82,6 +83,7 @@ def test_a_killed_worker_resumes_from_its_checkpoint(service):
     assert starts[-1]["step"] > 0  # the rerun resumed from a checkpoint, not from step 0
 
 
+@pytest.mark.long
 def test_killing_the_service_loses_no_job_and_runs_none_twice(service, db_url):
     on_postgres = {"db_url": db_url} if db_url.startswith("postgresql") else {}  # SQLite: the work dir's default
     svc = service("fifo", stop_jobs_on_exit=True, **on_postgres)

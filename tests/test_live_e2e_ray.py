@@ -21,6 +21,7 @@ def ray_cluster():
     assert not left, f"Ray processes left behind: {left}"
 
 
+@pytest.mark.long
 def test_jobs_run_resize_and_finish_on_a_multi_node_ray_cluster(tmp_path, ray_cluster):
     svc = Service(tmp_path, "drf", None, backend="ray", ray_address=ray_cluster.address)
     svc.start(timeout=120)

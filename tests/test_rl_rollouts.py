@@ -100,6 +100,7 @@ def test_a_worker_plays_exactly_the_episode_played_in_process(backend):
     assert got["val"] == expected_val
 
 
+@pytest.mark.long
 def test_parallel_training_writes_the_learning_curve_and_resumes_after_an_interruption(tmp_path):
     from dlsched.rl.train_dl2 import DL2TrainConfig, train_dl2
 

@@ -116,6 +116,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.long
 def test_a_killed_sweep_resumes_without_rerunning_finished_cells(tmp_path):
     # 4 cells of ~1 s each (150 jobs of the trace): the kill after the first row leaves the other three
     # (3+ s, longer under load) unfinished, and it needs no more cells than that to catch them mid-way

@@ -62,8 +62,9 @@ class LocalBackend(RankBackend):
     `trainer_cmd`: the command before the trainer arguments (tests swap in a fake trainer).
     `standby`: warm interpreters to keep (True: `DEFAULT_STANDBY`); 0 disables the pool.
     `log_dir`: where idle standby interpreters write (their logs move to the job directory when
-    they are used); a temporary directory by default. Put it on the job directories' filesystem
-    (e.g. `work_dir / "standby"`): across filesystems a rank's log is a symlink into it instead.
+    they are used); a temporary directory by default (none without a pool). Put it on the job
+    directories' filesystem (e.g. `work_dir / "standby"`): across filesystems a rank's log is a
+    symlink into it instead.
 
     Not thread-safe: one controller thread drives it (the standby pool has its own thread).
     """
@@ -85,7 +86,11 @@ class LocalBackend(RankBackend):
         size = DEFAULT_STANDBY if standby is True else int(standby or 0)
         if size < 0:
             raise ConfigError(f"standby must be >= 0, got {standby}")
-        self.log_dir = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="dlsched-local-"))
+        # a temporary directory only when a pool will write there: one per backend built, never removed
+        # (a rank's log may link into it), was litter left by every short-lived backend (tests, CLI checks)
+        if log_dir is None and size:
+            log_dir = tempfile.mkdtemp(prefix="dlsched-local-")
+        self.log_dir = Path(log_dir) if log_dir is not None else None
         self.pool = LocalStandbyPool(self.trainer_cmd, size, self.log_dir / "standby") if size else None
         self._closed = False
 
