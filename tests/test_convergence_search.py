@@ -14,7 +14,8 @@ def _rows(rng: np.random.Generator, rows: int, n: int, kind: str) -> tuple[np.nd
     k = np.sort(rng.uniform(1.0, 1e5, (rows, n)), axis=1)
     b0, b1 = 10 ** rng.uniform(-7, -2, rows), 10 ** rng.uniform(-2, 1.5, rows)
     b2 = rng.uniform(0, 2, rows) * (rng.random(rows) < 0.8)  # some floors at 0: the bound binds
-    y = (1.0 / (b0[:, None] * k + b1[:, None]) + b2[:, None]) * (1 + rng.normal(0, 10 ** rng.uniform(-4, -1), (rows, n)))
+    noise = rng.normal(0, 10 ** rng.uniform(-4, -1), (rows, n))
+    y = (1.0 / (b0[:, None] * k + b1[:, None]) + b2[:, None]) * (1 + noise)
     if kind == "noise":  # no curve at all: flat lines, the bound s = 0
         y = rng.uniform(0, 1, (rows, n))
     elif kind == "rising":
