@@ -252,9 +252,8 @@ def test_the_minimum_sizes_kept_from_arrivals_answer_as_a_scan_of_the_queue(smal
     answers = []
     real = opt._MinimumNeeds.any_fits
 
-    def any_fits(self, jobs, free):
-        got = real(self, jobs, free)
-        budget = free.sum(axis=0).tolist()
+    def any_fits(self, jobs, budget):
+        got = real(self, jobs, budget)
         scan = any(opt._fits([js.spec.min_workers * a + js.spec.min_ps * b
                               for a, b in zip(js.spec.worker_demand, js.spec.ps_demand)], budget) for js in jobs)
         assert got == scan
@@ -285,6 +284,7 @@ def test_the_minimum_sizes_are_rebuilt_for_a_policy_first_asked_mid_run(small_cl
     needs.update(snap)
     free = np.array(small_cluster.capacity, dtype=float)
     free[:, 0] = [1.0, 1.0, 0.0, 0.0]  # 2 GPUs free: the 2-GPU job's minimum fits, the 16-GPU one's not
-    assert needs.any_fits(waiting, free) and not needs.any_fits(waiting[:1], free)
+    budget = free.sum(axis=0).tolist()
+    assert needs.any_fits(waiting, budget) and not needs.any_fits(waiting[:1], budget)
     free[:, 0] = 0.0
-    assert not needs.any_fits(waiting, free)
+    assert not needs.any_fits(waiting, free.sum(axis=0).tolist())

@@ -62,9 +62,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
+
+from dlsched.core.compiled import kernel
 
 #: Assumed convergence threshold of real training curves: done when the loss is within EPSILON of
 #: its floor. Same value as the simulator's ground truth, so simulated results match that rule.
@@ -94,7 +96,6 @@ _POLISH = 4  # bracketed derivative steps: totals to ~1e-9 of the exact minimum
 _CHUNK = 64
 _LN10 = math.log(10.0)
 _normals_by_seed: dict[int, np.ndarray] = {}
-_compiled: Callable | bool | None = None  # `_compiled_search`'s import
 
 
 @dataclass(frozen=True)
@@ -254,22 +255,9 @@ def _profile_near(x: np.ndarray, y: np.ndarray, wt: np.ndarray, u: np.ndarray, c
 def _search(x: np.ndarray, y: np.ndarray, wt: np.ndarray,
             near: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`_search_numpy`, compiled (`convergence_search`: the same bits) where it can run."""
-    compiled = _compiled_search()
+    compiled = kernel("dlsched.estimators.convergence_search", "search")  # None without Numba
     got = compiled(x, y, wt, near, _LOG_R, _FINE, _WINDOW, _POLISH) if compiled is not None else None
     return got if got is not None else _search_numpy(x, y, wt, near)
-
-
-def _compiled_search() -> Callable | None:
-    """`convergence_search.search`, imported on the first fit (Numba's import takes ~0.5 s that a
-    run with no loss fits need not pay); None without Numba."""
-    global _compiled
-    if _compiled is None:
-        try:
-            from dlsched.estimators.convergence_search import search
-        except ImportError:
-            search = False
-        _compiled = search
-    return _compiled or None
 
 
 def _search_numpy(x: np.ndarray, y: np.ndarray, wt: np.ndarray,

@@ -88,15 +88,15 @@ class Optimus(Policy):
         if snap.oracle is None:
             self.estimates.observe(snap, self._moved)
         jobs, free = (snap.running + snap.pending, snap.cluster.capacity) if full else (snap.pending, snap.free)
+        budget = free.sum(axis=0).tolist()  # counted at cluster level
         settled = (not snap.pending and not any(js.spec.elastic for js in snap.running)) if full \
-            else not self._needs.any_fits(jobs, free)
+            else not self._needs.any_fits(jobs, budget)
         if settled:  # nothing this call could change: every running job keeps its size and nodes
             self._moved = []
             return Plan(keep_running=True)
         cands = self.estimates.candidates(snap, jobs, _EVEN_THEN_PACK.place)
         rank(cands, self.order)
         share = _dominant_share(snap.cluster)
-        budget = free.sum(axis=0).tolist()
         self._allocate(cands, budget, share)
         if full:
             self._avoid_churn(snap, cands, budget, share)
@@ -258,6 +258,7 @@ class _MinimumNeeds:
     def _add(self, spec: JobSpec) -> tuple[float, ...]:
         need = self.of.get(spec)
         if need is None:
+            # `JobSpec.demand` at the minimum, written out: a NumPy call per arrival cost 1% of a run
             need = self.of[spec] = tuple(spec.min_workers * a + spec.min_ps * b
                                          for a, b in zip(spec.worker_demand, spec.ps_demand))
             self._count(need, 1)
@@ -270,9 +271,9 @@ class _MinimumNeeds:
         else:
             del self.kinds[need]
 
-    def any_fits(self, jobs: list[JobState], free: np.ndarray) -> bool:
-        """Whether any of `jobs` (waiting) has a minimum that fits in `free` at cluster level."""
-        budget = free.sum(axis=0).tolist()
+    def any_fits(self, jobs: list[JobState], budget: list[float]) -> bool:
+        """Whether any of `jobs` (waiting) has a minimum that fits in `budget` (free resources
+        counted at cluster level)."""
         fitting = {need for need in self.kinds if _fits(need, budget)}
         if not fitting:  # no job in the system has a minimum that fits
             return False

@@ -13,6 +13,8 @@ from typing import Sequence
 
 import numpy as np
 
+from dlsched.core.compiled import kernel
+
 EPSILON = 0.05
 
 
@@ -44,6 +46,12 @@ class LossCurve:
         """Row i: curve i at the iterations ks[i] (k ≥ 0, below 1e18), as `__call__` gives them."""
         ks = np.asarray(ks, dtype=float)
         col = np.array([[c.b0, c.floor, c.noise] for c in curves]).reshape(-1, 3, 1)
+        compiled = kernel("dlsched.sim.convergence_compiled", "sample_many") if ks.ndim == 2 else None
+        if compiled is not None:  # the same numbers (None without Numba)
+            out = np.empty(ks.shape)
+            compiled(col[:, 0, 0], col[:, 1, 0], col[:, 2, 0], np.array([c.prefix for c in curves], dtype=np.int64),
+                     ks, _CRC_TABLE_INT, out)
+            return out
         prefix = np.array([c.prefix for c in curves], dtype=np.uint32)[:, None]
         crc = _crc_decimal(ks.astype(np.int64), prefix)
         jitter = ((crc % 2001) / 1000.0 - 1.0) * col[:, 2]
@@ -59,6 +67,7 @@ def _crc_table() -> np.ndarray:
 
 
 _CRC_TABLE = _crc_table()
+_CRC_TABLE_INT = _CRC_TABLE.astype(np.int64)  # the compiled sampler's copy
 
 
 def _crc_decimal(n: np.ndarray, prefix: np.ndarray) -> np.ndarray:

@@ -1,7 +1,8 @@
 """Placement phase: which nodes get a job's workers and parameter servers.
 
 All strategies work on the (N, 3) free-resource array with NumPy, never per-node Python loops
-over the whole cluster, so a round stays fast at 10,000 GPUs.
+over the whole cluster, so a round stays fast at 10,000 GPUs (`even_spread` walks the nodes in
+compiled code, `placement_compiled`, where Numba is installed: the same allocation).
 
 - `Pack`: fewest nodes (best-fit single node first, then the roomiest nodes, rack-local first):
   what locality-aware schedulers do.
@@ -19,6 +20,7 @@ import numpy as np
 
 from dlsched.core.allocation import Allocation
 from dlsched.core.cluster import Cluster
+from dlsched.core.compiled import kernel
 from dlsched.core.job import JobSpec
 from dlsched.framework.packing import _EPS, eligible as _eligible, pack
 from dlsched.framework.scoring import Score, TaskByTask, least_allocated, least_loaded
@@ -52,6 +54,9 @@ class LeastLoaded(TaskByTask):
     name: str = "least-loaded"
 
 
+_NO_MASK = np.zeros(0, dtype=bool)  # `one_task`'s mask when every node is eligible
+
+
 PLACEMENTS = {"pack": Pack(), "spread": Spread(), "least-loaded": LeastLoaded()}
 
 
@@ -68,11 +73,22 @@ def even_spread(
     taken roomiest first (most room for this job's average task, then lowest index) and tasks are
     dealt round-robin: workers first, the PSs continuing where the workers stopped, so the
     remainders land on different servers. The smallest k (up to the number of tasks) that fits
-    wins; all k are checked in one array operation.
+    wins; all k are checked in one array operation. Where Numba is installed this runs compiled
+    (`placement_compiled`: the same allocation; tests compare them).
     """
     tasks = workers + ps
     if tasks <= 0:
         return None
+    if free.shape[1] == 3 and (compiled := _compiled(tasks)) is not None:  # the same allocation
+        mask = _eligible(cluster, spec)
+        args = (free, _NO_MASK if mask is None else mask, mask is not None, *spec.worker_demand,
+                *spec.ps_demand, workers, ps, _EPS)
+        if tasks == 1:  # most trace jobs
+            i = compiled(*args)
+            return Allocation((i,), (int(workers),), (int(ps),)) if i >= 0 else None
+        w_all = np.zeros(len(free), dtype=np.int64)
+        p_all = np.zeros(len(free), dtype=np.int64)
+        return Allocation.from_counts(w_all, p_all) if compiled(*args, w_all, p_all) else None
     wd = np.asarray(spec.worker_demand)
     pd = np.asarray(spec.ps_demand)
     mask = _eligible(cluster, spec)
@@ -116,6 +132,11 @@ def even_spread(
     w_all[order[:k]] = w_cnt[row, :k]
     p_all[order[:k]] = p_cnt[row, :k]
     return Allocation.from_counts(w_all, p_all)
+
+
+def _compiled(tasks: int):
+    """`placement_compiled`'s walk for this many tasks; None without Numba."""
+    return kernel("dlsched.policies.phases.placement_compiled", "one_task" if tasks == 1 else "spread")
 
 
 def _one_task(room: np.ndarray, avail: np.ndarray, workers: int, ps: int, use: np.ndarray) -> Allocation | None:
