@@ -49,8 +49,8 @@ class LossCurve:
         compiled = kernel("dlsched.sim.convergence_compiled", "sample_many") if ks.ndim == 2 else None
         if compiled is not None:  # the same numbers (None without Numba)
             out = np.empty(ks.shape)
-            compiled(col[:, 0, 0], col[:, 1, 0], col[:, 2, 0], np.array([c.prefix for c in curves], dtype=np.int64),
-                     ks, _CRC_TABLE_INT, out)
+            prefixes = np.array([c.prefix for c in curves], dtype=np.int64)
+            compiled(col[:, 0, 0], col[:, 1, 0], col[:, 2, 0], prefixes, ks, _CRC_TABLE_INT, out)
             return out
         prefix = np.array([c.prefix for c in curves], dtype=np.uint32)[:, None]
         crc = _crc_decimal(ks.astype(np.int64), prefix)

@@ -15,6 +15,7 @@ Both are `score.TaskByTask` with one of the node scores of `score.py`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -134,7 +135,7 @@ def even_spread(
     return Allocation.from_counts(w_all, p_all)
 
 
-def _compiled(tasks: int):
+def _compiled(tasks: int) -> Callable | None:
     """`placement_compiled`'s walk for this many tasks; None without Numba."""
     return kernel("dlsched.policies.phases.placement_compiled", "one_task" if tasks == 1 else "spread")
 
