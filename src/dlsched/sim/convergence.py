@@ -46,14 +46,13 @@ class LossCurve:
         """Row i: curve i at the iterations ks[i] (k ≥ 0, below 1e18), as `__call__` gives them."""
         ks = np.asarray(ks, dtype=float)
         col = np.array([[c.b0, c.floor, c.noise] for c in curves]).reshape(-1, 3, 1)
+        prefix = np.array([c.prefix for c in curves], dtype=np.int64)  # CRC-32s: below 2**32
         compiled = kernel("dlsched.sim.convergence_compiled", "sample_many") if ks.ndim == 2 else None
         if compiled is not None:  # the same numbers (None without Numba)
             out = np.empty(ks.shape)
-            prefixes = np.array([c.prefix for c in curves], dtype=np.int64)
-            compiled(col[:, 0, 0], col[:, 1, 0], col[:, 2, 0], prefixes, ks, _CRC_TABLE_INT, out)
+            compiled(col[:, 0, 0], col[:, 1, 0], col[:, 2, 0], prefix, ks, _CRC_TABLE_INT, out)
             return out
-        prefix = np.array([c.prefix for c in curves], dtype=np.uint32)[:, None]
-        crc = _crc_decimal(ks.astype(np.int64), prefix)
+        crc = _crc_decimal(ks.astype(np.int64), prefix.astype(np.uint32)[:, None])
         jitter = ((crc % 2001) / 1000.0 - 1.0) * col[:, 2]
         return (1.0 / (col[:, 0] * ks + 1.0) + col[:, 1]) * (1.0 + jitter)
 

@@ -80,8 +80,8 @@ def even_spread(
     tasks = workers + ps
     if tasks <= 0:
         return None
+    mask = _eligible(cluster, spec)
     if free.shape[1] == 3 and (compiled := _compiled(tasks)) is not None:  # the same allocation
-        mask = _eligible(cluster, spec)
         args = (free, _NO_MASK if mask is None else mask, mask is not None, *spec.worker_demand,
                 *spec.ps_demand, workers, ps, _EPS)
         if tasks == 1:  # most trace jobs
@@ -92,7 +92,6 @@ def even_spread(
         return Allocation.from_counts(w_all, p_all) if compiled(*args, w_all, p_all) else None
     wd = np.asarray(spec.worker_demand)
     pd = np.asarray(spec.ps_demand)
-    mask = _eligible(cluster, spec)
     avail = free if mask is None else np.where(mask[:, None], free, 0.0)
     avg = (workers * wd + ps * pd) / tasks
     need = avg > 0

@@ -83,13 +83,10 @@ def spread(free, mask, masked, w0, w1, w2, p0, p1, p2, workers, ps, eps, w_all, 
             m += 1
     if m == 0:
         return False
-    top0 = top1 = top2 = -np.inf
+    top0 = top1 = top2 = -np.inf  # over the candidates: eligible nodes only (a masked one has room -1)
     for j in range(m):
         i = order[j]
-        v0 = free[i, 0] if not (masked and not mask[i]) else 0.0
-        v1 = free[i, 1] if not (masked and not mask[i]) else 0.0
-        v2 = free[i, 2] if not (masked and not mask[i]) else 0.0
-        top0, top1, top2 = max(top0, v0), max(top1, v1), max(top2, v2)
+        top0, top1, top2 = max(top0, free[i, 0]), max(top1, free[i, 1]), max(top2, free[i, 2])
     k_lo = -np.inf
     for t, top in ((t0, top0), (t1, top1), (t2, top2)):
         k_lo = max(k_lo, np.ceil(t / max(top, eps) - 1e-9) if t > eps else 1.0)
